@@ -1,0 +1,120 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+func benchBreaker(b *testing.B) *Breaker {
+	p := DefaultPolicy()
+	br, err := New("bench", p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return br
+}
+
+func succeed(context.Context) error { return nil }
+
+func BenchmarkExecuteClosed(b *testing.B) {
+	br := benchBreaker(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = br.Execute(ctx, succeed)
+	}
+}
+
+func BenchmarkAllowClosed(b *testing.B) {
+	br := benchBreaker(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		done, err := br.Allow()
+		if err == nil {
+			done(nil)
+		}
+	}
+}
+
+func BenchmarkExecuteClosedParallel(b *testing.B) {
+	br := benchBreaker(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = br.Execute(ctx, succeed)
+		}
+	})
+}
+
+func BenchmarkExecuteOpen(b *testing.B) {
+	br := benchBreaker(b)
+	br.Trip()
+	ctx := context.Background()
+	b.ReportAllocs()
+	var err error
+	for b.Loop() {
+		err = br.Execute(ctx, succeed)
+	}
+	if !errors.Is(err, ErrOpen) {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkCallClosed(b *testing.B) {
+	br := benchBreaker(b)
+	ctx := context.Background()
+	cb := Callbacks[int]{Closed: func(context.Context) (int, error) { return 1, nil }}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = Call(ctx, br, cb)
+	}
+}
+
+func BenchmarkExecute10PctFailures(b *testing.B) {
+	br := benchBreaker(b)
+	ctx := context.Background()
+	i := 0
+	fn := func(context.Context) error {
+		i++
+		if i%10 == 0 {
+			return errBench
+		}
+		return nil
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = br.Execute(ctx, fn)
+	}
+	if br.State() != Closed {
+		b.Fatal("a 10% failure rate opened a 50% breaker")
+	}
+}
+
+func BenchmarkAllowOpen(b *testing.B) {
+	br := benchBreaker(b)
+	br.Trip()
+	b.ReportAllocs()
+	var err error
+	for b.Loop() {
+		_, err = br.Allow()
+	}
+	if !errors.Is(err, ErrOpen) {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkAllowClosedParallel(b *testing.B) {
+	br := benchBreaker(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if done, err := br.Allow(); err == nil {
+				done(nil)
+			}
+		}
+	})
+}
+
+var errBench = errors.New("bench failure")

@@ -1,0 +1,74 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+)
+
+// Callbacks are the seed's call(open, close, halfOpen). Closed is the protected call and is
+// required. HalfOpen, if set, replaces Closed for probes, for example with a shorter timeout.
+// Open is the fallback: it runs when the call is short-circuited (cause matches ErrOpen) or
+// when the protected callback fails (cause is the failure); with Open nil, the error is
+// returned as it is.
+type Callbacks[T any] struct {
+	Closed   func(ctx context.Context) (T, error)
+	HalfOpen func(ctx context.Context) (T, error)
+	Open     func(ctx context.Context, cause error) (T, error)
+}
+
+// ErrNoClosedCallback is returned by Call when Callbacks.Closed is nil.
+var ErrNoClosedCallback = errors.New("breaker: Callbacks.Closed is nil")
+
+// Call runs cb through b. The fallback runs only for short-circuits and failures: an error
+// the classifier does not count as a failure (a 4xx, context.Canceled) is returned as it is.
+// A failure that was not recorded (a stale result, a MetricsOnly call) still gets the
+// fallback, since the caller's call did fail. A panic is recorded as a failure and re-raised.
+func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
+	if cb.Closed == nil {
+		var zero T
+		return zero, ErrNoClosedCallback
+	}
+	t, err := b.admit()
+	if err != nil {
+		if cb.Open == nil {
+			var zero T
+			return zero, err
+		}
+		reason := FallbackOpen
+		if oe, ok := errors.AsType[*OpenError](err); ok && oe.Reason == RejectHalfOpenSaturated {
+			reason = FallbackHalfOpenSaturated
+		}
+		b.notifyFallback(reason, err)
+		return cb.Open(ctx, err)
+	}
+	fn := cb.Closed
+	if t.recorded && t.p.state == HalfOpen && cb.HalfOpen != nil {
+		fn = cb.HalfOpen
+	}
+	res, err, failed := runTicket(ctx, b, t, fn)
+	if failed && cb.Open != nil {
+		b.notifyFallback(FallbackFailure, err)
+		return cb.Open(ctx, err)
+	}
+	return res, err
+}
+
+func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context.Context) (T, error)) (res T, err error, failed bool) {
+	completed := false
+	defer func() {
+		if !completed {
+			// recover works only when called by the deferred function itself.
+			b.abandon(t, recover())
+		}
+	}()
+	res, err = fn(ctx)
+	completed = true
+	failed = b.finish(t, err, false)
+	return res, err, failed
+}
+
+func (b *Breaker) notifyFallback(r FallbackReason, cause error) {
+	for _, co := range b.callObs {
+		co.OnFallback(b.name, r, cause)
+	}
+}

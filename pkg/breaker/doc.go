@@ -1,0 +1,25 @@
+// Package breaker protects a process from a failing dependency by short-circuiting calls to
+// it once too large a share of recent calls have failed, and by letting a few probes through
+// later to learn whether it has recovered.
+//
+// A [Breaker] judges the failure rate over a rolling window of two epoch-aligned buckets,
+// opens when the rate reaches [Policy.FailureRatio] over at least
+// [Policy.MinimumThroughput] calls, stays open for [Policy.OpenTimeout], then admits at most
+// [Policy.HalfOpenPermittedCalls] concurrent probes until [Policy.SuccessThreshold]
+// consecutive successes close it again. A rate rather than a run of consecutive failures is
+// judged because a count mostly measures how many calls were in flight when something broke.
+//
+// The call path is built to cost almost nothing: a closed circuit admits and records a
+// successful call with a couple of atomic operations and no lock, and an open circuit refuses
+// with one atomic load and a comparison. To get there the breaker does not read the wall
+// clock per call; unless a [Clock] is injected it reads a shared coarse clock refreshed about
+// once a millisecond, so bucket boundaries and the open timeout are observed up to about a
+// millisecond late (never early).
+//
+// What processes share is the [Verdict] (a state and when it was reached), never the
+// counters: adapters publish it from an [Observer] and apply remote ones with
+// [Breaker.Adopt], off the call path. A [Registry] holds named breakers and hot-reloads their
+// policies.
+//
+// Every exported method is safe for concurrent use.
+package breaker

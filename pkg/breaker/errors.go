@@ -1,0 +1,38 @@
+package breaker
+
+import (
+	"errors"
+	"strconv"
+)
+
+// ErrOpen is matched, with errors.Is, by every error of a short-circuited call. The error
+// itself is an [*OpenError] that says which breaker refused and why.
+var ErrOpen = errors.New("breaker: circuit open")
+
+// OpenError is the error of a short-circuited call. A breaker builds one per reason up
+// front, so that refusing a call allocates nothing; treat it as read-only.
+type OpenError struct {
+	Breaker string
+	Reason  RejectReason
+}
+
+func (e *OpenError) Error() string {
+	switch e.Reason {
+	case RejectHalfOpenSaturated:
+		return "breaker " + quote(e.Breaker) + ": circuit half-open, probe limit reached"
+	case RejectForcedOpen:
+		return "breaker " + quote(e.Breaker) + ": circuit forced open"
+	}
+	return "breaker " + quote(e.Breaker) + ": circuit open"
+}
+
+// Is makes errors.Is(err, ErrOpen) hold for every OpenError.
+func (e *OpenError) Is(target error) bool { return target == ErrOpen }
+
+func quote(s string) string { return strconv.Quote(s) }
+
+var (
+	_ error = (*OpenError)(nil)
+	_ error = (*PanicError)(nil)
+	_ error = (*FieldError)(nil)
+)

@@ -1,0 +1,100 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+)
+
+func ExampleBreaker_Execute() {
+	p := breaker.DefaultPolicy()
+	p.MinimumThroughput = 3
+	b, err := breaker.New("inventory", p)
+	if err != nil {
+		panic(err)
+	}
+	unavailable := errors.New("inventory unavailable")
+	for range 4 {
+		err := b.Execute(context.Background(), func(ctx context.Context) error {
+			return unavailable // the dependency is down
+		})
+		fmt.Println(err, errors.Is(err, breaker.ErrOpen))
+	}
+	// Output:
+	// inventory unavailable false
+	// inventory unavailable false
+	// inventory unavailable false
+	// breaker "inventory": circuit open true
+}
+
+func ExampleCall() {
+	p := breaker.DefaultPolicy()
+	p.MinimumThroughput = 1
+	b, _ := breaker.New("prices", p)
+	cb := breaker.Callbacks[string]{
+		Closed: func(ctx context.Context) (string, error) {
+			return "", errors.New("timeout talking to prices")
+		},
+		Open: func(ctx context.Context, cause error) (string, error) {
+			if errors.Is(cause, breaker.ErrOpen) {
+				return "cached price (circuit open)", nil
+			}
+			return "cached price (" + cause.Error() + ")", nil
+		},
+	}
+	for range 2 {
+		price, _ := breaker.Call(context.Background(), b, cb)
+		fmt.Println(price)
+	}
+	// Output:
+	// cached price (timeout talking to prices)
+	// cached price (circuit open)
+}
+
+func ExampleBreaker_Allow() {
+	b, _ := breaker.New("search", breaker.DefaultPolicy())
+	done, err := b.Allow()
+	if err != nil {
+		fmt.Println("short-circuited:", err)
+		return
+	}
+	// ... call the dependency however suits, for example from a streaming loop ...
+	var callErr error
+	done(callErr) // report the outcome exactly once
+	fmt.Println(b.State(), b.Counts().Calls)
+	// Output: closed 1
+}
+
+// An observer sees every transition, after the breaker's lock is released.
+type logTransitions struct{}
+
+func (logTransitions) OnTransition(t breaker.Transition) {
+	fmt.Printf("%s: %v -> %v (%v)\n", t.Breaker, t.From, t.To, t.Cause)
+}
+
+func ExampleWithObserver() {
+	b, _ := breaker.New("mail", breaker.DefaultPolicy(), breaker.WithObserver(logTransitions{}))
+	b.Trip()
+	// Output: mail: closed -> open (trip)
+}
+
+func ExampleRegistry() {
+	reg, _ := breaker.NewRegistry(breaker.DefaultPolicy())
+	payments := reg.Get("payments")
+	payments.Trip()
+
+	tighter := breaker.DefaultPolicy()
+	tighter.OpenTimeout = 5 * time.Second
+	err := reg.Apply(map[string]breaker.Policy{"payments": tighter})
+	fmt.Println(err, payments.State(), payments.Policy().OpenTimeout)
+
+	broken := tighter
+	broken.FailureRatio = 0
+	fmt.Println(reg.Apply(map[string]breaker.Policy{"payments": broken}))
+	// Output:
+	// <nil> open 5s
+	// breaker "payments": breaker: invalid failureRatio 0: must be greater than 0 and at most 1
+}

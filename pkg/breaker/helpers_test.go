@@ -1,0 +1,84 @@
+package breaker
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// fakeClock is a Clock that moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var _ Clock = (*fakeClock)(nil)
+
+var (
+	errBoom   = errors.New("boom")
+	errBenign = errors.New("benign: the dependency answered, just not with what we wanted")
+)
+
+// recorder is an Observer and CallObserver that keeps everything it is told.
+type recorder struct {
+	mu          sync.Mutex
+	transitions []Transition
+	ends        []CallEvent
+	starts      int
+	fallbacks   []FallbackReason
+}
+
+var _ CallObserver = (*recorder)(nil)
+
+func (r *recorder) OnTransition(t Transition) {
+	r.mu.Lock()
+	r.transitions = append(r.transitions, t)
+	r.mu.Unlock()
+}
+
+func (r *recorder) OnCallStart(string, State) {
+	r.mu.Lock()
+	r.starts++
+	r.mu.Unlock()
+}
+
+func (r *recorder) OnCallEnd(e CallEvent) {
+	r.mu.Lock()
+	r.ends = append(r.ends, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) OnFallback(_ string, reason FallbackReason, _ error) {
+	r.mu.Lock()
+	r.fallbacks = append(r.fallbacks, reason)
+	r.mu.Unlock()
+}
+
+func (r *recorder) takeTransitions() []Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.transitions
+	r.transitions = nil
+	return t
+}
+
+// transitionsOnly hides the CallObserver side of a recorder, to exercise the lock-free path.
+type transitionsOnly struct{ r *recorder }
+
+func (t transitionsOnly) OnTransition(tr Transition) { t.r.OnTransition(tr) }

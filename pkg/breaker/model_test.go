@@ -1,0 +1,431 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// refModel is the reference the breaker is compared with: §5 of DESIGN.md written as plainly
+// as possible, single-threaded, with the window kept as a list of recorded outcomes tagged
+// with their bucket index instead of counters.
+type refModel struct {
+	p       Policy
+	state   State
+	gen     uint64
+	since   int64
+	changed bool
+
+	hi     int64 // index of the window's current bucket
+	events []refEvent
+
+	openTally  Counts
+	inflight   int
+	probeCalls int64
+	probeSucc  int64
+
+	transitions []Transition
+}
+
+type refEvent struct {
+	idx  int64
+	fail bool
+}
+
+type refTicket struct {
+	gen      uint64
+	state    State
+	recorded bool
+}
+
+func newRefModel(p Policy, now int64) *refModel {
+	m := &refModel{p: p.withDefaults(), since: now}
+	if m.p.Mode == ModeForcedOpen {
+		m.state = Open
+	}
+	m.hi = floorDiv(now, int64(m.p.Window))
+	return m
+}
+
+func (m *refModel) bucketOf(t int64) int64 { return floorDiv(t, int64(m.p.Window)) }
+
+func (m *refModel) roll(now int64) {
+	if idx := m.bucketOf(now); idx > m.hi {
+		m.hi = idx
+	}
+	var kept []refEvent
+	for _, e := range m.events {
+		if e.idx >= m.hi-1 {
+			kept = append(kept, e)
+		}
+	}
+	m.events = kept
+}
+
+func (m *refModel) window() Counts {
+	var c Counts
+	for _, e := range m.events {
+		c.Calls++
+		if e.fail {
+			c.Failures++
+		}
+	}
+	return c
+}
+
+func (m *refModel) counts(now int64) Counts {
+	switch m.state {
+	case Open:
+		return m.openTally
+	case HalfOpen:
+		return Counts{Calls: m.probeCalls, Successes: m.probeSucc}
+	}
+	m.roll(now)
+	return m.window()
+}
+
+func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now int64) {
+	m.transitions = append(m.transitions, Transition{From: m.state, To: s, At: time.Unix(0, at), Counts: c, Cause: cause, Period: m.gen + 1})
+	m.gen++
+	m.state = s
+	m.since = at
+	m.changed = true
+	if s == Open {
+		m.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
+	} else if s == Closed {
+		m.openTally = Counts{}
+	}
+	m.inflight, m.probeCalls, m.probeSucc = 0, 0, 0
+	m.events = nil
+	m.hi = m.bucketOf(now)
+}
+
+func (m *refModel) forced() bool { return m.p.Mode == ModeForcedOpen || m.p.Mode == ModeForcedClosed }
+
+func (m *refModel) advance(now int64) {
+	if m.state == Open && m.p.Mode != ModeForcedOpen && now >= m.since+int64(m.p.OpenTimeout) {
+		m.to(HalfOpen, CauseTimeout, m.openTally, now, now)
+	}
+}
+
+func (m *refModel) admit(now int64) (refTicket, RejectReason) {
+	m.advance(now)
+	t := refTicket{gen: m.gen, state: m.state}
+	switch {
+	case m.state == Closed:
+		t.recorded = true
+	case m.p.Mode == ModeForcedOpen:
+		return t, RejectForcedOpen
+	case m.state == HalfOpen && m.inflight < m.p.HalfOpenPermittedCalls:
+		m.inflight++
+		t.recorded = true
+	case m.p.Mode == ModeMetricsOnly:
+	case m.state == HalfOpen:
+		return t, RejectHalfOpenSaturated
+	default:
+		return t, RejectOpen
+	}
+	return t, RejectNone
+}
+
+func (m *refModel) finish(t refTicket, o Outcome, now int64) Outcome {
+	if !t.recorded || t.gen != m.gen {
+		return OutcomeIgnored
+	}
+	switch m.state {
+	case Closed:
+		if o == OutcomeIgnored {
+			return o
+		}
+		m.roll(now)
+		m.events = append(m.events, refEvent{idx: m.hi, fail: o == OutcomeFailure})
+		if o == OutcomeFailure && m.p.Mode != ModeForcedClosed {
+			c := m.window()
+			if c.Calls >= int64(m.p.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= m.p.FailureRatio {
+				m.to(Open, CauseCalls, c, now, now)
+			}
+		}
+	case HalfOpen:
+		m.inflight--
+		switch o {
+		case OutcomeSuccess:
+			m.probeCalls++
+			m.probeSucc++
+			if m.probeSucc >= int64(m.p.SuccessThreshold) {
+				m.to(Closed, CauseCalls, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
+			}
+		case OutcomeFailure:
+			m.to(Open, CauseCalls, Counts{Calls: m.probeCalls + 1, Failures: 1, Successes: m.probeSucc}, now, now)
+		}
+	}
+	return o
+}
+
+func (m *refModel) trip(now int64) {
+	if !m.forced() {
+		m.to(Open, CauseTrip, m.counts(now), now, now)
+	}
+}
+
+func (m *refModel) update(p Policy, now int64) {
+	p = p.withDefaults()
+	if p == m.p {
+		return
+	}
+	if m.state == Closed {
+		m.roll(now)
+	}
+	old := m.p
+	m.p = p
+	if old.Window != p.Window {
+		// The live bucket's outcomes move to the new-width bucket holding now; the previous
+		// bucket's stay just before it.
+		newHi := m.bucketOf(now)
+		for i, e := range m.events {
+			m.events[i].idx = newHi - (m.hi - e.idx)
+		}
+		m.hi = newHi
+	}
+	switch {
+	case p.Mode == ModeForcedOpen && m.state != Open:
+		m.to(Open, CauseMode, m.counts(now), now, now)
+	case p.Mode == ModeForcedClosed && m.state != Closed:
+		m.to(Closed, CauseMode, m.counts(now), now, now)
+	}
+}
+
+func (m *refModel) adopt(v Verdict, now int64) bool {
+	if m.forced() {
+		return false
+	}
+	since := v.Since.UnixNano()
+	stale := m.changed && since < m.since
+	switch v.State {
+	case Open:
+		if m.state == Open {
+			m.since = since
+			return false
+		}
+		if stale {
+			return false
+		}
+		m.to(Open, CauseAdopted, m.counts(now), since, now)
+	case HalfOpen:
+		if m.state != Open || stale {
+			return false
+		}
+		m.to(HalfOpen, CauseAdopted, m.openTally, since, now)
+		m.probeSucc = int64(v.HalfOpenSuccesses)
+		m.probeCalls = m.probeSucc
+	case Closed:
+		if m.state == Closed || stale {
+			return false
+		}
+		m.to(Closed, CauseAdopted, m.counts(now), since, now)
+	}
+	return true
+}
+
+func (m *refModel) verdict(now int64) Verdict {
+	m.advance(now)
+	v := Verdict{State: m.state, Since: time.Unix(0, m.since)}
+	if m.state == HalfOpen {
+		v.HalfOpenSuccesses = int(m.probeSucc)
+	}
+	return v
+}
+
+// modelPolicy draws a valid policy from small values, so that thresholds are reached often.
+func modelPolicy(r *rand.Rand) Policy {
+	pick := func(xs ...int) int { return xs[r.IntN(len(xs))] }
+	modes := []Mode{"", ModeEnforce, ModeEnforce, ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed}
+	return Policy{
+		OpenTimeout:            time.Duration(pick(1, 3, 10)) * time.Second,
+		Window:                 time.Duration(pick(1, 2, 5, 10)) * time.Second,
+		FailureRatio:           []float64{0.25, 0.3, 0.5, 0.5, 1}[r.IntN(5)],
+		MinimumThroughput:      pick(1, 2, 3, 5),
+		SuccessThreshold:       pick(1, 2, 3),
+		HalfOpenPermittedCalls: pick(1, 1, 2),
+		Mode:                   modes[r.IntN(len(modes))],
+	}
+}
+
+type liveCall struct {
+	done func(error)
+	ref  refTicket
+}
+
+// TestModel drives the breaker and the reference model with the same random sequences of
+// calls, outcomes, clock moves, Trip, Update (modes included) and Adopt, and compares them
+// after every step: admission, outcome, State, Counts, Verdict and every transition.
+func TestModel(t *testing.T) {
+	sequences, steps := 3000, 120
+	if testing.Short() {
+		sequences = 300
+	}
+	for _, observed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("callObserver=%v", observed), func(t *testing.T) {
+			for seed := range uint64(sequences) {
+				runModelSequence(t, seed, steps, observed)
+				if t.Failed() {
+					return
+				}
+			}
+		})
+	}
+}
+
+func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	clock := newFakeClock()
+	clock.Advance(time.Duration(r.Int64N(int64(time.Hour))))
+	now := func() int64 { return clock.Now().UnixNano() }
+	rec := &recorder{}
+	var obs Observer = transitionsOnly{rec}
+	if observed {
+		obs = rec
+	}
+	classifier := func(err error) bool {
+		return err != nil && !errors.Is(err, errBenign) && !errors.Is(err, context.Canceled)
+	}
+	p := modelPolicy(r)
+	b, err := New("model", p, WithClock(clock), WithObserver(obs), WithClassifier(classifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newRefModel(p, now())
+	var calls []liveCall
+	var log strings.Builder
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d (observed=%v): "+format+"\nsteps:\n%s", append([]any{seed, observed}, append(args, log.String())...)...)
+	}
+	outcomes := []struct {
+		err error
+		o   Outcome
+	}{{nil, OutcomeSuccess}, {nil, OutcomeSuccess}, {errBoom, OutcomeFailure}, {errBoom, OutcomeFailure}, {context.Canceled, OutcomeIgnored}, {errBenign, OutcomeSuccess}}
+
+	for step := range steps {
+		switch k := r.IntN(100); {
+		case k < 35: // a call starts
+			done, err := b.Allow()
+			tk, reason := m.admit(now())
+			fmt.Fprintf(&log, "%d allow -> %v (model %v)\n", step, err, reason)
+			if (err == nil) != (reason == RejectNone) {
+				fail("Allow: breaker err %v, model reject %q", err, reason)
+			}
+			if err != nil {
+				oe, ok := errors.AsType[*OpenError](err)
+				if !ok || !errors.Is(err, ErrOpen) || oe.Reason != reason {
+					fail("Allow: error %v, want reason %q", err, reason)
+				}
+				break
+			}
+			calls = append(calls, liveCall{done, tk})
+		case k < 65: // a call ends
+			if len(calls) == 0 {
+				break
+			}
+			i := r.IntN(len(calls))
+			c := calls[i]
+			calls = append(calls[:i], calls[i+1:]...)
+			oc := outcomes[r.IntN(len(outcomes))]
+			before := len(rec.ends)
+			c.done(oc.err)
+			want := m.finish(c.ref, oc.o, now())
+			fmt.Fprintf(&log, "%d done(%v) -> %v\n", step, oc.err, want)
+			if observed {
+				if len(rec.ends) != before+1 || rec.ends[before].Outcome != want {
+					fail("done: call events %v, want outcome %v", rec.ends[before:], want)
+				}
+			}
+		case k < 80: // time passes
+			ds := []time.Duration{0, 1, time.Millisecond, 100 * time.Millisecond, 999 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 11 * time.Second}
+			d := ds[r.IntN(len(ds))]
+			if r.IntN(4) == 0 {
+				d = time.Duration(r.Int64N(int64(12 * time.Second)))
+			}
+			clock.Advance(d)
+			fmt.Fprintf(&log, "%d advance %v\n", step, d)
+		case k < 84:
+			b.Trip()
+			m.trip(now())
+			fmt.Fprintf(&log, "%d trip\n", step)
+		case k < 90:
+			np := modelPolicy(r)
+			if err := b.Update(np); err != nil {
+				fail("Update: %v", err)
+			}
+			m.update(np, now())
+			fmt.Fprintf(&log, "%d update %+v\n", step, np)
+		case k < 95:
+			v := Verdict{State: State(r.IntN(3)), HalfOpenSuccesses: r.IntN(3)}
+			switch r.IntN(3) {
+			case 0:
+				v.Since = m.verdict(now()).Since // maybe identical
+				b.Verdict()
+			case 1:
+				v.Since = clock.Now().Add(-time.Duration(r.Int64N(int64(15 * time.Second))))
+			default:
+				v.Since = clock.Now()
+			}
+			got, want := b.Adopt(v), m.adopt(v, now())
+			fmt.Fprintf(&log, "%d adopt %v since %v -> %v\n", step, v.State, v.Since.UnixNano(), want)
+			if got != want {
+				fail("Adopt(%+v) = %v, model %v", v, got, want)
+			}
+		default: // a call through Execute that panics
+			func() {
+				defer func() { _ = recover() }()
+				tk, reason := m.admit(now())
+				if reason == RejectNone {
+					m.finish(tk, OutcomeFailure, now())
+				}
+				err := b.Execute(context.Background(), func(context.Context) error { panic("boom") })
+				if reason == RejectNone || !errors.Is(err, ErrOpen) {
+					fail("Execute returned %v without re-raising the panic; model reject %q", err, reason)
+				}
+			}()
+			fmt.Fprintf(&log, "%d execute panic\n", step)
+		}
+
+		// Counts never moves the state, so it is compared after every step; State and
+		// Verdict apply the lazy open → half-open move, so they are compared only sometimes,
+		// to leave that move to the call path as often as not.
+		if got, want := b.Counts(), m.counts(now()); got != want {
+			fail("step %d: Counts = %+v, model %+v", step, got, want)
+		}
+		if r.IntN(3) == 0 {
+			if got, want := b.State(), m.verdict(now()).State; got != want {
+				fail("step %d: State = %v, model %v", step, got, want)
+			}
+			if got, want := b.Verdict(), m.verdict(now()); got.State != want.State || !got.Since.Equal(want.Since) || got.HalfOpenSuccesses != want.HalfOpenSuccesses {
+				fail("step %d: Verdict = %+v, model %+v", step, got, want)
+			}
+		}
+		got := rec.takeTransitions()
+		want := m.transitions
+		m.transitions = nil
+		if len(got) != len(want) {
+			fail("step %d: transitions %v, model %v", step, got, want)
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.From != w.From || g.To != w.To || g.Cause != w.Cause || g.Period != w.Period || g.Counts != w.Counts || !g.At.Equal(w.At) || g.Breaker != "model" {
+				fail("step %d: transition %+v, model %+v", step, g, w)
+			}
+		}
+	}
+	// Whatever is still in flight finishes; the breaker must stay consistent.
+	for _, c := range calls {
+		c.done(nil)
+		m.finish(c.ref, OutcomeSuccess, now())
+	}
+	if got, want := b.Counts(), m.counts(now()); got != want {
+		fail("final Counts = %+v, model %+v", got, want)
+	}
+}

@@ -1,0 +1,157 @@
+package breaker
+
+import (
+	"fmt"
+	"time"
+)
+
+// Outcome is what the breaker made of one call.
+type Outcome uint8
+
+const (
+	OutcomeSuccess Outcome = iota // recorded as a success
+	OutcomeFailure                // recorded as a failure
+	// OutcomeIgnored: the call ran but was recorded as neither, because the caller gave up
+	// (context.Canceled), because it was admitted in an earlier state period (a stale
+	// result), or because it ran under MetricsOnly although Enforce would have refused it.
+	OutcomeIgnored
+	OutcomeRejected // short-circuited: the protected function never ran
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeSuccess:
+		return "success"
+	case OutcomeFailure:
+		return "failure"
+	case OutcomeIgnored:
+		return "ignored"
+	case OutcomeRejected:
+		return "rejected"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// RejectReason says why a call was short-circuited.
+type RejectReason uint8
+
+const (
+	RejectNone              RejectReason = iota
+	RejectOpen                           // the circuit is open
+	RejectHalfOpenSaturated              // half-open, and the probe cap is reached
+	RejectForcedOpen                     // the mode is ForcedOpen
+)
+
+func (r RejectReason) String() string {
+	switch r {
+	case RejectNone:
+		return ""
+	case RejectOpen:
+		return "open"
+	case RejectHalfOpenSaturated:
+		return "half_open_saturated"
+	case RejectForcedOpen:
+		return "forced_open"
+	}
+	return fmt.Sprintf("RejectReason(%d)", uint8(r))
+}
+
+// TransitionCause says what moved the state. Shared-verdict stores use it not to publish
+// back what they were told (CauseAdopted).
+type TransitionCause uint8
+
+const (
+	CauseCalls   TransitionCause = iota // the breaker's own judgement of calls
+	CauseTimeout                        // the open timeout elapsed: open → half-open
+	CauseTrip                           // Trip
+	CauseMode                           // a mode change by Update forced the state
+	CauseAdopted                        // Adopt: a verdict reached elsewhere
+)
+
+func (c TransitionCause) String() string {
+	switch c {
+	case CauseCalls:
+		return "calls"
+	case CauseTimeout:
+		return "timeout"
+	case CauseTrip:
+		return "trip"
+	case CauseMode:
+		return "mode"
+	case CauseAdopted:
+		return "adopted"
+	}
+	return fmt.Sprintf("TransitionCause(%d)", uint8(c))
+}
+
+// Transition describes one change of state. Trip on an open circuit restarts the open
+// period and is delivered as a transition from Open to Open.
+type Transition struct {
+	Breaker  string
+	From, To State
+	// At is when the new state was reached; for an adopted verdict, the verdict's Since.
+	At time.Time
+	// Counts are the counts behind the transition, taken before any reset: the window's
+	// tally that opened the circuit, or the probe counts that closed or re-opened it.
+	Counts Counts
+	// Err is the failure that caused the transition, if one did.
+	Err   error
+	Cause TransitionCause
+	// Period is the state period entered. It grows by one on every transition of the
+	// breaker; observers can use it to order deliveries made from different goroutines.
+	Period uint64
+}
+
+// CallEvent describes one call as the breaker judged it.
+type CallEvent struct {
+	Breaker  string
+	Outcome  Outcome
+	Reason   RejectReason // why, for OutcomeRejected
+	Initial  State        // the state the call was admitted (or refused) in
+	Final    State        // the state after its outcome was recorded
+	Err      error        // what the protected function returned; nil on success
+	Panicked bool
+}
+
+// FallbackReason says why Call ran the Open callback.
+type FallbackReason uint8
+
+const (
+	FallbackOpen              FallbackReason = iota // short-circuited by an open (or forced-open) circuit
+	FallbackHalfOpenSaturated                       // short-circuited by the half-open probe cap
+	FallbackFailure                                 // the protected callback failed
+)
+
+func (f FallbackReason) String() string {
+	switch f {
+	case FallbackOpen:
+		return "open"
+	case FallbackHalfOpenSaturated:
+		return "half_open_saturated"
+	case FallbackFailure:
+		return "failure"
+	}
+	return fmt.Sprintf("FallbackReason(%d)", uint8(f))
+}
+
+// Observer sees every transition of the breakers it is given to. OnTransition runs
+// synchronously on the goroutine that caused the transition, after the breaker's lock is
+// released (so it may call the breaker), and must not block for long: hand slow work, such
+// as a network write, to another goroutine. Deliveries from different goroutines may arrive
+// out of order; [Transition.Period] orders them.
+type Observer interface {
+	OnTransition(Transition)
+}
+
+// CallObserver, when an Observer also implements it, sees every call too. Breakers without
+// a CallObserver skip this bookkeeping entirely, so only those that want it pay per call.
+type CallObserver interface {
+	Observer
+	// OnCallStart: an admitted call starts (one more active call).
+	OnCallStart(breaker string, s State)
+	// OnCallEnd: an admitted call ended (one fewer active call), or a call was refused
+	// (Outcome == OutcomeRejected, with no OnCallStart before it).
+	OnCallEnd(CallEvent)
+	// OnFallback: Call ran the Open callback.
+	OnFallback(breaker string, reason FallbackReason, cause error)
+}

@@ -1,0 +1,46 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Clock tells the time. Tests inject a fake one with [WithClock].
+type Clock interface{ Now() time.Time }
+
+// Option configures a breaker at [New].
+type Option func(*options)
+
+type options struct {
+	clock     Clock
+	isFailure func(error) bool
+	observers []Observer
+}
+
+// WithClock makes the breaker read time from c on every call instead of from the shared
+// coarse clock; tests use it to move time by hand. Every reading goes through c, so a slow
+// Clock slows the call path.
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithClassifier decides which non-nil errors count as failures; an error it does not count
+// is a success (a 4xx answer proves the dependency is up), except context.Canceled, which is
+// then neither. nil restores the default: every error but context.Canceled is a failure.
+func WithClassifier(isFailure func(error) bool) Option {
+	return func(o *options) { o.isFailure = isFailure }
+}
+
+// WithObserver adds an observer; it may be given several times. An observer that also
+// implements [CallObserver] sees every call.
+func WithObserver(obs Observer) Option {
+	return func(o *options) {
+		if obs != nil {
+			o.observers = append(o.observers, obs)
+		}
+	}
+}
+
+// DefaultIsFailure is the default classifier: every error but context.Canceled is a failure.
+func DefaultIsFailure(err error) bool {
+	return err != nil && !errors.Is(err, context.Canceled)
+}

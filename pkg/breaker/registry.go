@@ -1,0 +1,166 @@
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Registry holds named breakers, creates them on first use and hot-reloads their policies.
+// It is safe for concurrent use.
+type Registry struct {
+	def  Policy
+	opts []Option
+
+	// applyMu serialises Apply, so that two reloads racing cannot leave breakers on the
+	// older set of policies.
+	applyMu sync.Mutex
+
+	mu         sync.RWMutex
+	configured map[string]Policy   // guarded by mu: the last good policy per configured name
+	breakers   map[string]*Breaker // guarded by mu
+}
+
+// NewRegistry returns an empty registry. Breakers it creates get defaultPolicy unless Apply
+// configured their name, and every one of opts (observers, clock, classifier).
+func NewRegistry(defaultPolicy Policy, opts ...Option) (*Registry, error) {
+	if err := defaultPolicy.Validate(); err != nil {
+		return nil, err
+	}
+	return &Registry{
+		def:        defaultPolicy.withDefaults(),
+		opts:       slices.Clone(opts),
+		configured: map[string]Policy{},
+		breakers:   map[string]*Breaker{},
+	}, nil
+}
+
+// Get returns the breaker named name, creating it on first use with the policy configured
+// for name, or else the default one.
+func (r *Registry) Get(name string) *Breaker {
+	r.mu.RLock()
+	b, ok := r.breakers[name]
+	r.mu.RUnlock()
+	if ok {
+		return b
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b, ok := r.breakers[name]; ok {
+		return b
+	}
+	p, ok := r.configured[name]
+	if !ok {
+		p = r.def
+	}
+	// Every policy here has been validated, so New cannot fail.
+	b, err := New(name, p, r.opts...)
+	if err != nil {
+		panic("breaker: registry holds an invalid policy: " + err.Error())
+	}
+	r.breakers[name] = b
+	return b
+}
+
+// Lookup returns the breaker named name if it exists, without creating it.
+func (r *Registry) Lookup(name string) (*Breaker, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	b, ok := r.breakers[name]
+	return b, ok
+}
+
+// Apply hot-reloads the full configured set of policies: each valid entry is applied to its
+// breaker with Update (state kept) and remembered for a breaker created later; a name absent
+// from policies reverts to the default policy. An invalid entry is refused for that name only,
+// which keeps its last good policy, and is reported in the returned error (errors.Join of one
+// error per refused name, each naming the breaker and wrapping the [*FieldError]s).
+func (r *Registry) Apply(policies map[string]Policy) error {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+
+	var errs []error
+	names := make([]string, 0, len(policies))
+	for name := range policies {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+
+	r.mu.Lock()
+	next := make(map[string]Policy, len(policies))
+	refused := map[string]bool{}
+	for _, name := range names {
+		p := policies[name]
+		if err := p.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("breaker %q: %w", name, err))
+			refused[name] = true
+			if old, ok := r.configured[name]; ok {
+				next[name] = old
+			}
+			continue
+		}
+		next[name] = p.withDefaults()
+	}
+	r.configured = next
+	type update struct {
+		b *Breaker
+		p Policy
+	}
+	updates := make([]update, 0, len(r.breakers))
+	for name, b := range r.breakers {
+		if refused[name] {
+			continue
+		}
+		p, ok := next[name]
+		if !ok {
+			p = r.def
+		}
+		updates = append(updates, update{b, p})
+	}
+	r.mu.Unlock()
+
+	// Outside mu: Update delivers transitions to observers, which may call back into the
+	// registry.
+	for _, u := range updates {
+		if err := u.b.Update(u.p); err != nil {
+			errs = append(errs, fmt.Errorf("breaker %q: %w", u.b.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Each calls f for every existing breaker, in name order, without holding the registry's
+// lock, so f may call Get.
+func (r *Registry) Each(f func(*Breaker)) {
+	r.mu.RLock()
+	bs := make([]*Breaker, 0, len(r.breakers))
+	for _, b := range r.breakers {
+		bs = append(bs, b)
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(bs, func(a, b *Breaker) int {
+		switch {
+		case a.name < b.name:
+			return -1
+		case a.name > b.name:
+			return 1
+		}
+		return 0
+	})
+	for _, b := range bs {
+		f(b)
+	}
+}
+
+// Names returns the names of the existing breakers, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	names := make([]string, 0, len(r.breakers))
+	for n := range r.breakers {
+		names = append(names, n)
+	}
+	r.mu.RUnlock()
+	slices.Sort(names)
+	return names
+}
