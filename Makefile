@@ -1,0 +1,111 @@
+# Fusebox. `make help` lists the targets; `make run` and `make test` are the two
+# a newcomer needs. Nothing here downloads anything but Go modules.
+
+IMG ?= ghcr.io/fusebox-dev/fusebox:latest
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+LOCALBIN ?= $(shell pwd)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.8.2
+
+# Set USE_EXISTING_CLUSTER=true to run the manager against the cluster of your
+# KUBECONFIG instead of a local control plane.
+USE_EXISTING_CLUSTER ?= false
+
+GO_TEST_FLAGS ?= -race
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate the CRD and RBAC manifests from the Go markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./internal/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: controller-gen ## Generate the DeepCopy methods of the API types.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Fail if any Go file is not gofmt'ed.
+	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: vet
+vet: ## Run go vet on every module.
+	go vet ./...
+	cd hack/tools && go vet ./...
+	@if [ -f bench/go.mod ]; then cd bench && go vet ./...; fi
+
+.PHONY: envtest
+envtest: ## Build kube-apiserver and etcd from source for envtest (once; cached after).
+	@hack/envtest.sh >/dev/null
+
+.PHONY: test
+test: manifests generate fmt vet envtest kustomize ## Run every test (envtest suites, unit tests, -race).
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) ./... -count=1
+
+.PHONY: bench
+bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
+	cd bench && go test -run '^$$' -bench . -benchmem -count 5 ./...
+
+##@ Build
+
+.PHONY: build
+build: manifests generate ## Build the manager binary.
+	go build -o $(LOCALBIN)/manager ./cmd/manager
+
+.PHONY: run
+run: manifests generate build envtest ## Run Fusebox on a local control plane (or on your cluster with USE_EXISTING_CLUSTER=true).
+ifeq ($(USE_EXISTING_CLUSTER),true)
+	$(LOCALBIN)/manager --leader-elect=false
+else
+	go run ./hack/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager
+endif
+
+.PHONY: docker-build
+docker-build: ## Build the manager image (needs a Docker engine).
+	docker build -t $(IMG) .
+
+##@ Deployment
+
+.PHONY: install
+install: manifests kustomize ## Install the CRDs into the cluster of your KUBECONFIG.
+	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests kustomize ## Remove the CRDs (and every CircuitBreaker) from the cluster.
+	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy the operator to the cluster of your KUBECONFIG.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove the operator from the cluster.
+	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+
+##@ Tools (built from Go modules into bin/)
+
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN)
+$(CONTROLLER_GEN): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE)
+$(KUSTOMIZE): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)

@@ -1,0 +1,64 @@
+package v1alpha1
+
+// Condition types of CircuitBreaker status, and the reasons each may carry.
+const (
+	// ConditionReady is True when the breaker's configuration is valid and
+	// published in the namespace's ConfigMap.
+	ConditionReady = "Ready"
+
+	// ReasonConfigPublished: the rendered configuration of the current
+	// generation is in the ConfigMap.
+	ReasonConfigPublished = "ConfigPublished"
+	// ReasonConfigInvalid: the object could not be rendered (it slipped past
+	// admission, e.g. stored before a schema change); the last published
+	// configuration, if any, stays in place.
+	ReasonConfigInvalid = "ConfigInvalid"
+)
+
+// The Open condition: True while the breaker's state is Open, so
+// `kubectl wait --for=condition=Open` returns when the circuit opens.
+const (
+	ConditionOpen = "Open"
+
+	// ReasonCircuitOpen: a pod (or, with scope Fleet, the fleet) has the circuit open.
+	ReasonCircuitOpen = "CircuitOpen"
+	// ReasonCircuitHalfOpen: no pod is open, at least one is probing.
+	ReasonCircuitHalfOpen = "CircuitHalfOpen"
+	// ReasonCircuitClosed: every reporting pod has the circuit closed.
+	ReasonCircuitClosed = "CircuitClosed"
+	// ReasonNoMembers: no pod reports this breaker yet.
+	ReasonNoMembers = "NoMembers"
+)
+
+// The ConfigApplied condition: True when every reporting pod runs the
+// configuration of the current generation.
+const (
+	ConditionConfigApplied = "ConfigApplied"
+
+	// ReasonAllMembersApplied: every reporting pod runs the latest configuration.
+	ReasonAllMembersApplied = "AllMembersApplied"
+	// ReasonMembersBehind: some pods still run an older configuration.
+	ReasonMembersBehind = "MembersBehind"
+	// ReasonMembersRejected: some pods refused the latest configuration.
+	ReasonMembersRejected = "MembersRejected"
+)
+
+// Event reasons recorded on a CircuitBreaker when its state changes or a pod
+// refuses its configuration.
+const (
+	EventCircuitOpened     = "CircuitOpened"
+	EventCircuitHalfOpened = "CircuitHalfOpened"
+	EventCircuitClosed     = "CircuitClosed"
+	EventConfigRejected    = "ConfigRejected"
+	EventMemberPruned      = "MemberPruned"
+)
+
+// ConfigMapName is the ConfigMap, one per namespace, that holds the rendered
+// configuration of every CircuitBreaker in it, under the key <name>.json.
+const ConfigMapName = "fusebox-breakers"
+
+// ManagedByLabel marks the objects Fusebox writes; its value is ManagedByValue.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "fusebox"
+)

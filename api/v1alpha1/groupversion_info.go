@@ -1,0 +1,22 @@
+// Package v1alpha1 contains the v1alpha1 API of the resilience.fusebox.dev group:
+// the CircuitBreaker resource that declares a breaker for application pods.
+//
+// +kubebuilder:object:generate=true
+// +groupName=resilience.fusebox.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of every type in this package.
+	GroupVersion = schema.GroupVersion{Group: "resilience.fusebox.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers this package's types with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds this package's types to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

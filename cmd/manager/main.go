@@ -1,0 +1,123 @@
+// Command manager runs the Fusebox operator: it reconciles CircuitBreakers into
+// the fusebox-breakers ConfigMap of their namespace and reports on their status.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/controller"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		metricsAddr   string
+		probeAddr     string
+		leaderElect   bool
+		leaderElectNS string
+		namespaces    string
+	)
+	_, inCluster := os.LookupEnv("KUBERNETES_SERVICE_HOST")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	flag.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so only one replica reconciles (default: on when running in a cluster).")
+	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch (default: all).")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        probeAddr,
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "fusebox-manager.fusebox.dev",
+		LeaderElectionNamespace:       leaderElectNS,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOptions(namespaces),
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	if err := (&controller.CircuitBreakerReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("fusebox-controller"),
+		Metrics:   controller.NewMetrics(metrics.Registry),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up CircuitBreaker controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+
+	log.Info("Starting manager", "namespaces", namespaces, "leaderElection", leaderElect, "host", hostOf(cfg))
+	// SetupSignalHandler cancels on SIGTERM or SIGINT; Start then stops the
+	// controllers, waits for in-flight reconciles and releases the lease.
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}
+
+// cacheOptions limits what the manager caches: only the namespaces it
+// watches, and of all ConfigMaps only the ones Fusebox publishes, so the
+// operator's memory does not grow with the cluster's ConfigMaps.
+func cacheOptions(namespaces string) cache.Options {
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{
+			resiliencev1alpha1.ManagedByLabel: resiliencev1alpha1.ManagedByValue,
+		})},
+	}}
+	for _, ns := range strings.Split(namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			if opts.DefaultNamespaces == nil {
+				opts.DefaultNamespaces = map[string]cache.Config{}
+			}
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+func hostOf(cfg *rest.Config) string { return cfg.Host }

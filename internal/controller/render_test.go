@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+func TestRenderEveryField(t *testing.T) {
+	cb := &resiliencev1alpha1.CircuitBreaker{
+		ObjectMeta: metav1.ObjectMeta{Name: "payments-api", Generation: 3},
+		Spec: resiliencev1alpha1.CircuitBreakerSpec{
+			OpenTimeout:            &metav1.Duration{Duration: 45 * time.Second},
+			Window:                 &metav1.Duration{Duration: 2 * time.Minute},
+			FailureRatePercent:     ptr.To[int32](35),
+			MinimumThroughput:      ptr.To[int32](7),
+			SuccessThreshold:       ptr.To[int32](4),
+			HalfOpenPermittedCalls: ptr.To[int32](3),
+			Mode:                   resiliencev1alpha1.ModeForcedClosed,
+			Scope:                  resiliencev1alpha1.ScopeFleet,
+		},
+	}
+	c, err := render(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := breakerconfig.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{
+  "name": "payments-api",
+  "generation": 3,
+  "openTimeout": "45s",
+  "window": "2m0s",
+  "failureRatio": 0.35,
+  "minimumThroughput": 7,
+  "successThreshold": 4,
+  "halfOpenPermittedCalls": 3,
+  "mode": "ForcedClosed",
+  "scope": "Fleet"
+}`
+	if string(doc) != want {
+		t.Errorf("rendered\n%s\nwant\n%s", doc, want)
+	}
+	// What the operator writes, the library reads back to the same policy.
+	back, err := breakerconfig.Parse(doc)
+	if err != nil {
+		t.Fatalf("Parse(rendered): %v", err)
+	}
+	if back != c {
+		t.Errorf("round trip: got %+v, want %+v", back, c)
+	}
+}
+
+func TestRenderRatioConversion(t *testing.T) {
+	for percent, want := range map[int32]float64{1: 0.01, 33: 0.33, 50: 0.5, 99: 0.99, 100: 1} {
+		cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{FailureRatePercent: ptr.To(percent)}}
+		c, err := render(cb)
+		if err != nil {
+			t.Fatalf("%d%%: %v", percent, err)
+		}
+		if c.FailureRatio != want {
+			t.Errorf("%d%% rendered as ratio %v, want %v", percent, c.FailureRatio, want)
+		}
+	}
+}
+
+// An object stored without defaults (created before a default existed, or
+// written around admission) renders with the documented defaults.
+func TestRenderMissingFieldsGetDefaults(t *testing.T) {
+	c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := breakerconfig.Config{
+		Name: "bare", Generation: 1,
+		OpenTimeout: breakerconfig.Duration(30 * time.Second), Window: breakerconfig.Duration(10 * time.Second),
+		FailureRatio: 0.5, MinimumThroughput: 20, SuccessThreshold: 2, HalfOpenPermittedCalls: 1,
+		Mode: "Enforce", Scope: "Pod",
+	}
+	if c != want {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+}
+
+func TestRenderRefusesWhatTheLibraryWould(t *testing.T) {
+	for name, spec := range map[string]resiliencev1alpha1.CircuitBreakerSpec{
+		"zero window":      {Window: &metav1.Duration{}},
+		"negative timeout": {OpenTimeout: &metav1.Duration{Duration: -time.Second}},
+		"ratio above 100%": {FailureRatePercent: ptr.To[int32](150)},
+		"zero threshold":   {SuccessThreshold: ptr.To[int32](0)},
+		"unknown mode":     {Mode: "Sometimes"},
+		"unknown scope":    {Scope: "Galaxy"},
+		"zero probe cap":   {HalfOpenPermittedCalls: ptr.To[int32](0)},
+		"zero minimum":     {MinimumThroughput: ptr.To[int32](0)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec})
+			if err == nil {
+				t.Fatal("rendered; want an error")
+			}
+			if !strings.HasPrefix(err.Error(), "spec") {
+				t.Errorf("error %q does not start with the spec path", err)
+			}
+		})
+	}
+}
+
+// A breaker that cannot be rendered keeps what was published for it; keys of
+// no breaker are dropped.
+func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
+	good := resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "good", Generation: 1}}
+	bad := resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bad", Generation: 2},
+		Spec: resiliencev1alpha1.CircuitBreakerSpec{Mode: "Sometimes"}}
+	plan := planConfig([]resiliencev1alpha1.CircuitBreaker{good, bad}, map[string]string{
+		"bad.json":   `{"the":"last good"}`,
+		"stray.json": "{}",
+		"notes.txt":  "hand-written",
+	})
+	if _, ok := plan.data["good.json"]; !ok {
+		t.Error("good breaker not published")
+	}
+	if got := plan.data["bad.json"]; got != `{"the":"last good"}` {
+		t.Errorf("bad breaker's last good config replaced by %q", got)
+	}
+	if len(plan.data) != 2 {
+		t.Errorf("published keys %v, want only good.json and bad.json", plan.data)
+	}
+	if len(plan.outcomes) != 2 || plan.outcomes[0].err != nil || !plan.outcomes[0].changed {
+		t.Errorf("good outcome = %+v", plan.outcomes[0])
+	}
+	if err := plan.outcomes[1].err; err == nil || !strings.Contains(strings.ToLower(err.Error()), "mode") {
+		t.Errorf("bad outcome error = %v, want one naming mode", err)
+	}
+}
+
+func TestSetReadyCondition(t *testing.T) {
+	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
+	setReadyCondition(cb, nil)
+	stampObservedGeneration(cb)
+	c := cb.Status.Conditions[0]
+	if c.Type != "Ready" || c.Status != metav1.ConditionTrue || c.Reason != "ConfigPublished" || c.ObservedGeneration != 4 {
+		t.Errorf("published: %+v", c)
+	}
+	setReadyCondition(cb, errors.New("spec: mode: unknown"))
+	c = cb.Status.Conditions[0]
+	if len(cb.Status.Conditions) != 1 || c.Status != metav1.ConditionFalse || c.Reason != "ConfigInvalid" || c.Message != "spec: mode: unknown" {
+		t.Errorf("invalid: %+v", cb.Status.Conditions)
+	}
+}

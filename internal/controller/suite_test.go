@@ -1,0 +1,81 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testenv"
+)
+
+var (
+	cfg       *rest.Config
+	k8sClient client.Client // direct, uncached: assertions see the API server itself
+	testEnv   *envtest.Environment
+	scheme    = runtime.NewScheme()
+	// reconciler is the one the manager runs; specs also call it directly.
+	reconciler *CircuitBreakerReconciler
+)
+
+func TestController(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controller Suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+
+	var err error
+	testEnv, err = testenv.New("../..")
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(testEnv.Stop)
+
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{
+				resiliencev1alpha1.ManagedByLabel: resiliencev1alpha1.ManagedByValue,
+			})},
+		}},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	reconciler = &CircuitBreakerReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("fusebox-controller"),
+		Metrics:   NewMetrics(prometheus.NewRegistry()),
+	}
+	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	DeferCleanup(cancel)
+	go func() {
+		defer GinkgoRecover()
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+})

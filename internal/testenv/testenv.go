@@ -1,0 +1,52 @@
+// Package testenv starts the envtest control plane (a real kube-apiserver and
+// etcd, built from source by hack/envtest.sh) for Fusebox's test suites.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// KubernetesVersion is the version of the control plane hack/envtest.sh builds;
+// it matches k8s.io/api in go.mod.
+const KubernetesVersion = "1.37.2"
+
+// AssetsDir returns the directory holding kube-apiserver and etcd:
+// KUBEBUILDER_ASSETS when set (make test sets it), else the directory
+// hack/envtest.sh installs into.
+func AssetsDir() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	data := os.Getenv("XDG_DATA_HOME")
+	if data == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		data = filepath.Join(home, ".local", "share")
+	}
+	dir := filepath.Join(data, "kubebuilder-envtest", "k8s", fmt.Sprintf("%s-%s-%s", KubernetesVersion, runtime.GOOS, runtime.GOARCH))
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		return "", fmt.Errorf("no envtest control plane in %s: run `make envtest` (or hack/envtest.sh) first, or set KUBEBUILDER_ASSETS", dir)
+	}
+	return dir, nil
+}
+
+// New returns an envtest environment with Fusebox's CRDs, which must exist.
+// repoRoot is the path from the calling package to the repository root.
+func New(repoRoot string) (*envtest.Environment, error) {
+	dir, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	return &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: dir,
+	}, nil
+}

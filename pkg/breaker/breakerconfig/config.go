@@ -1,0 +1,181 @@
+package breakerconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+)
+
+// Scope values of Config.Scope.
+const (
+	ScopePod   = "Pod"
+	ScopeFleet = "Fleet"
+)
+
+// Verdict state values on the wire (and in CircuitBreaker status).
+const (
+	StateClosed   = "Closed"
+	StateOpen     = "Open"
+	StateHalfOpen = "HalfOpen"
+)
+
+// Config is one breaker's published configuration. Field order is the order of
+// the rendered JSON.
+type Config struct {
+	Name                   string   `json:"name"`
+	Generation             int64    `json:"generation"`
+	OpenTimeout            Duration `json:"openTimeout"`
+	Window                 Duration `json:"window"`
+	FailureRatio           float64  `json:"failureRatio"`
+	MinimumThroughput      int      `json:"minimumThroughput"`
+	SuccessThreshold       int      `json:"successThreshold"`
+	HalfOpenPermittedCalls int      `json:"halfOpenPermittedCalls"`
+	Mode                   string   `json:"mode"`
+	Scope                  string   `json:"scope"`
+	// Verdict is the fleet's shared verdict, written by the operator only for
+	// scope Fleet and only while a pod reports the circuit open.
+	Verdict *Verdict `json:"verdict,omitempty"`
+}
+
+// Verdict is a fleet-wide verdict: the state and when it was reached.
+type Verdict struct {
+	State string    `json:"state"`
+	Since time.Time `json:"since"`
+}
+
+// Duration is a time.Duration written in time.ParseDuration syntax ("30s").
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string such as "1m30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// FromPolicy returns the Config that publishes p under name.
+func FromPolicy(name string, generation int64, p breaker.Policy, scope string) Config {
+	mode := p.Mode
+	if mode == "" {
+		mode = breaker.ModeEnforce
+	}
+	return Config{
+		Name:                   name,
+		Generation:             generation,
+		OpenTimeout:            Duration(p.OpenTimeout),
+		Window:                 Duration(p.Window),
+		FailureRatio:           p.FailureRatio,
+		MinimumThroughput:      p.MinimumThroughput,
+		SuccessThreshold:       p.SuccessThreshold,
+		HalfOpenPermittedCalls: p.HalfOpenPermittedCalls,
+		Mode:                   string(mode),
+		Scope:                  scope,
+	}
+}
+
+// Policy returns the breaker policy c describes, or an error naming the first
+// field that makes it invalid.
+func (c Config) Policy() (breaker.Policy, error) {
+	p := breaker.Policy{
+		OpenTimeout:            time.Duration(c.OpenTimeout),
+		Window:                 time.Duration(c.Window),
+		FailureRatio:           c.FailureRatio,
+		MinimumThroughput:      c.MinimumThroughput,
+		SuccessThreshold:       c.SuccessThreshold,
+		HalfOpenPermittedCalls: c.HalfOpenPermittedCalls,
+		Mode:                   breaker.Mode(c.Mode),
+	}
+	if err := p.Validate(); err != nil {
+		return breaker.Policy{}, err
+	}
+	return p, nil
+}
+
+// Validate reports the first field of c that a reader must refuse.
+func (c Config) Validate() error {
+	if c.Name == "" {
+		return fmt.Errorf("name: must not be empty")
+	}
+	switch c.Scope {
+	case "", ScopePod, ScopeFleet:
+	default:
+		return fmt.Errorf("scope: unknown scope %q (want %s or %s)", c.Scope, ScopePod, ScopeFleet)
+	}
+	if v := c.Verdict; v != nil {
+		switch v.State {
+		case StateClosed, StateOpen, StateHalfOpen:
+		default:
+			return fmt.Errorf("verdict.state: unknown state %q", v.State)
+		}
+		if v.Since.IsZero() {
+			return fmt.Errorf("verdict.since: must be set")
+		}
+	}
+	_, err := c.Policy()
+	return err
+}
+
+// Marshal renders c as the published JSON document.
+func Marshal(c Config) ([]byte, error) {
+	return json.MarshalIndent(c, "", "  ")
+}
+
+// Parse reads a published document. Unknown fields are ignored; a document
+// that does not parse or validate is refused whole, with an error naming the
+// field.
+func Parse(data []byte) (Config, error) {
+	// Durations are decoded as strings first so a bad one is reported with its
+	// field name: encoding/json does not add it to an Unmarshaler's error.
+	type wire Config
+	var raw struct {
+		wire
+		OpenTimeout *string `json:"openTimeout"`
+		Window      *string `json:"window"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&raw); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return Config{}, fmt.Errorf("parse breaker config: %s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		return Config{}, fmt.Errorf("parse breaker config: %w", err)
+	}
+	if dec.More() {
+		return Config{}, errors.New("parse breaker config: trailing data after the JSON object")
+	}
+	c := Config(raw.wire)
+	for _, d := range []struct {
+		field string
+		in    *string
+		out   *Duration
+	}{{"openTimeout", raw.OpenTimeout, &c.OpenTimeout}, {"window", raw.Window, &c.Window}} {
+		if d.in == nil {
+			return Config{}, fmt.Errorf("invalid breaker config %q: %s: missing", c.Name, d.field)
+		}
+		v, err := time.ParseDuration(*d.in)
+		if err != nil {
+			return Config{}, fmt.Errorf("invalid breaker config %q: %s: %w", c.Name, d.field, err)
+		}
+		*d.out = Duration(v)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid breaker config %q: %w", c.Name, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,132 @@
+// Package manifests checks what `kustomize build config/default` deploys: no
+// Docker engine or cluster runs here, so the rendered YAML is the artifact.
+package manifests
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	bin := os.Getenv("KUSTOMIZE")
+	if bin == "" {
+		bin = filepath.Join("..", "..", "bin", "kustomize")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("kustomize not found at %s; `make kustomize` builds it", bin)
+		}
+		t.Skipf("SKIPPED: kustomize not found at %s; run `make kustomize` (or `make test`, which builds it) to render config/", bin)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "build", filepath.Join("..", "..", dir))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatalf("parse kustomize output: %v", err)
+		}
+		objs = append(objs, u)
+	}
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any) {
+	t.Helper()
+	for _, u := range objs {
+		if u.GetKind() == kind && u.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+				t.Fatalf("%s %s: %v", kind, name, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("config/default renders no %s %s", kind, name)
+}
+
+func TestDefaultDeploysTheOperator(t *testing.T) {
+	objs := kustomizeBuild(t, "config/default")
+
+	var ns corev1.Namespace
+	find(t, objs, "Namespace", "fusebox-system", &ns)
+	var crd unstructured.Unstructured
+	find(t, objs, "CustomResourceDefinition", "circuitbreakers.resilience.fusebox.dev", &crd.Object)
+
+	var role rbacv1.ClusterRole
+	find(t, objs, "ClusterRole", "fusebox-manager-role", &role)
+	for _, r := range role.Rules {
+		for _, list := range [][]string{r.APIGroups, r.Resources, r.Verbs} {
+			for _, v := range list {
+				if v == "*" {
+					t.Errorf("manager role has a wildcard: %+v", r)
+				}
+			}
+		}
+	}
+	var binding rbacv1.ClusterRoleBinding
+	find(t, objs, "ClusterRoleBinding", "fusebox-manager-rolebinding", &binding)
+	if binding.Subjects[0].Name != "fusebox-controller-manager" || binding.Subjects[0].Namespace != "fusebox-system" {
+		t.Errorf("role bound to %+v, want the manager's service account", binding.Subjects)
+	}
+
+	var client rbacv1.ClusterRole
+	find(t, objs, "ClusterRole", "fusebox-breaker-client", &client)
+	if len(client.Rules) != 2 || client.Rules[0].ResourceNames[0] != "fusebox-breakers" ||
+		client.Rules[1].Resources[0] != "circuitbreakers/status" || len(client.Rules[1].Verbs) != 1 || client.Rules[1].Verbs[0] != "patch" {
+		t.Errorf("breaker client role grants more or other than the published ConfigMap and status patches: %+v", client.Rules)
+	}
+
+	var dep appsv1.Deployment
+	find(t, objs, "Deployment", "fusebox-controller-manager", &dep)
+	if dep.Namespace != "fusebox-system" {
+		t.Errorf("deployment in namespace %q", dep.Namespace)
+	}
+	pod := dep.Spec.Template.Spec
+	if pod.ServiceAccountName != "fusebox-controller-manager" {
+		t.Errorf("service account %q", pod.ServiceAccountName)
+	}
+	if psc := pod.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot ||
+		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want runAsNonRoot and seccomp RuntimeDefault", psc)
+	}
+	c := pod.Containers[0]
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("container security context %+v: want a read-only root and no privilege escalation", sc)
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("probes: liveness %+v readiness %+v", c.LivenessProbe, c.ReadinessProbe)
+	}
+}
+
+func TestSamplesAreCircuitBreakers(t *testing.T) {
+	objs := kustomizeBuild(t, "config/samples")
+	if len(objs) == 0 {
+		t.Fatal("config/samples renders nothing")
+	}
+	for _, u := range objs {
+		if u.GetAPIVersion() != "resilience.fusebox.dev/v1alpha1" || u.GetKind() != "CircuitBreaker" {
+			t.Errorf("sample %s %s is not a CircuitBreaker", u.GetAPIVersion(), u.GetKind())
+		}
+	}
+}
