@@ -1,0 +1,13 @@
+module github.com/fusebox-dev/fusebox/bench
+
+go 1.26.0
+
+replace github.com/fusebox-dev/fusebox => ../
+
+require (
+	github.com/failsafe-go/failsafe-go v0.9.7
+	github.com/fusebox-dev/fusebox v0.0.0-00010101000000-000000000000
+	github.com/sony/gobreaker/v2 v2.4.0
+)
+
+require github.com/bits-and-blooms/bitset v1.24.4 // indirect

@@ -1,0 +1,104 @@
+package httpbreaker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+)
+
+// Transport is an http.RoundTripper that sends requests through a breaker. A request the
+// breaker refuses is not sent: RoundTrip closes its body and returns the breaker's error,
+// which matches breaker.ErrOpen (also through the *url.Error that http.Client wraps it in).
+//
+// The outcome is recorded when the response headers arrive, not when the body has been
+// read: the caller owns the body and may never finish it, and a probe slot held until a
+// forgotten Body.Close would wedge a half-open circuit. A body that fails half-way is
+// therefore not counted. A Transport is safe for concurrent use.
+type Transport struct {
+	// Breaker guards every request. Required.
+	Breaker *breaker.Breaker
+	// Base sends the requests the breaker admits; nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// IsFailure decides whether a round trip counts against the dependency; nil means
+	// IsServerFailure. A request cancelled by its caller is never a failure unless the
+	// breaker's own classifier says so.
+	IsFailure func(resp *http.Response, err error) bool
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// NewTransport returns a Transport that guards base (nil: http.DefaultTransport) with b.
+func NewTransport(b *breaker.Breaker, base http.RoundTripper) *Transport {
+	return &Transport{Breaker: b, Base: base}
+}
+
+// IsServerFailure is the default classifier: transport errors (timeouts, refused or reset
+// connections) and 5xx answers are failures; every other answer, 4xx included, is a success.
+func IsServerFailure(resp *http.Response, err error) bool {
+	if err != nil {
+		return true
+	}
+	return resp.StatusCode >= 500
+}
+
+// StatusError is what the breaker is told, and what its observers see, for an answer the
+// classifier counted as a failure. The caller still gets the response itself.
+type StatusError struct {
+	StatusCode int
+}
+
+func (e *StatusError) Error() string {
+	return "httpbreaker: server answered " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	done, err := t.Breaker.Allow()
+	if err != nil {
+		// RoundTrip must close the request body even when it sends nothing.
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, err
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			// A panicking base transport must not leave a probe slot taken.
+			if v := recover(); v != nil {
+				done(&breaker.PanicError{Value: v})
+				panic(v)
+			}
+			done(context.Canceled) // runtime.Goexit
+		}
+	}()
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(req)
+	completed = true
+	done(t.outcome(resp, err))
+	return resp, err
+}
+
+// outcome turns a round trip into the error the breaker records.
+func (t *Transport) outcome(resp *http.Response, err error) error {
+	isFailure := t.IsFailure
+	if isFailure == nil {
+		isFailure = IsServerFailure
+	}
+	switch {
+	case err != nil && errors.Is(err, context.Canceled):
+		// The caller gave up; the breaker's classifier decides (by default: neither).
+		return err
+	case !isFailure(resp, err):
+		return nil
+	case err != nil:
+		return err
+	}
+	return &StatusError{StatusCode: resp.StatusCode}
+}
