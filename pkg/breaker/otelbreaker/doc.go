@@ -1,0 +1,23 @@
+// Package otelbreaker records the telemetry of circuit breakers with OpenTelemetry metrics.
+//
+// An [Observer] is given to breakers with [breaker.WithObserver] and records the seed
+// library's instruments, named breaker.* or, with [WithPrefix], prefix.breaker.*:
+//
+//	breaker.calls              counter  circuit_breaker.outcome, .initial_state, .state (final)
+//	breaker.active_calls       gauge    calls admitted and not yet finished
+//	breaker.state              gauge    0 closed, 1 open, 2 half-open
+//	breaker.failures           gauge    Counts().Failures of tracked breakers
+//	breaker.successes          gauge    Counts().Successes of tracked breakers
+//	breaker.callback_failures  counter  exception.type (the error's Go type), circuit_breaker.state
+//	breaker.fallbacks          counter  circuit_breaker.reason: open, half_open_saturated, failure
+//	breaker.transitions        counter  circuit_breaker.from_state, .to_state, .cause
+//	breaker.event.timestamp    gauge    Unix seconds of the last transition or probe (circuit_breaker.event)
+//
+// Every measurement carries circuit_breaker.name; breaker.transitions also carries
+// circuit_breaker.cause, which tells a verdict adopted from another process ("adopted") from
+// one reached locally. The per-call counters are kept in the observer's own atomic cells
+// and reported, with attribute sets built once per breaker, when metrics are collected, as
+// the gauges are: a call costs a few atomic additions and allocates nothing. Breakers
+// without the observer pay nothing. The failures and successes gauges report the breakers
+// passed to [Observer.Track] or [Observer.TrackRegistry].
+package otelbreaker

@@ -1,0 +1,432 @@
+package otelbreaker
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+)
+
+// ScopeName is the instrumentation scope of the meter the observer creates.
+const ScopeName = "github.com/fusebox-dev/fusebox/pkg/breaker/otelbreaker"
+
+// Attribute keys, the seed's.
+const (
+	KeyName          = attribute.Key("circuit_breaker.name")
+	KeyOutcome       = attribute.Key("circuit_breaker.outcome")
+	KeyInitialState  = attribute.Key("circuit_breaker.initial_state")
+	KeyState         = attribute.Key("circuit_breaker.state")
+	KeyReason        = attribute.Key("circuit_breaker.reason")
+	KeyFromState     = attribute.Key("circuit_breaker.from_state")
+	KeyToState       = attribute.Key("circuit_breaker.to_state")
+	KeyCause         = attribute.Key("circuit_breaker.cause")
+	KeyEvent         = attribute.Key("circuit_breaker.event")
+	KeyExceptionType = attribute.Key("exception.type")
+)
+
+// Option configures an [Observer].
+type Option func(*config)
+
+type config struct {
+	prefix string
+}
+
+// WithPrefix namespaces every metric name: "backend" gives "backend.breaker.calls". Dots
+// around the prefix are ignored.
+func WithPrefix(prefix string) Option {
+	return func(c *config) { c.prefix = strings.Trim(prefix, ".") }
+}
+
+// Observer records the seed's instruments for every breaker it is given to with
+// [breaker.WithObserver]. It is a [breaker.CallObserver], and a call costs it a few atomic
+// additions: the per-call counters (calls, callback failures, fallbacks) are kept in the
+// observer's own atomic cells and reported as observable counters when metrics are
+// collected, as the gauges are, because the SDK's synchronous Add normalizes its attribute
+// set on every measurement, which alone costs more than the whole budget of a call.
+// Transitions, rare, are recorded synchronously.
+//
+// Inspecting a breaker ([breaker.Breaker.State], [breaker.Breaker.Counts]) records nothing.
+// An Observer is safe for concurrent use.
+type Observer struct {
+	calls, callbackFailures, fallbacks metric.Int64ObservableCounter
+	transitions                        metric.Int64Counter
+	eventTimestamp                     metric.Float64Gauge
+	state, active, failures, successes metric.Int64ObservableGauge
+	registration                       metric.Registration
+
+	series atomic.Pointer[map[string]*series] // copied on write, under mu
+	// recent maps the names breakers pass to the series, by the address of the name's
+	// bytes: a breaker passes the same string on every call, so this skips hashing it.
+	recent [64]atomic.Pointer[recentEntry]
+	mu     sync.Mutex
+	// tracked breakers and registries, read at collection for the failures and successes
+	// gauges; guarded by mu.
+	tracked    []*breaker.Breaker
+	registries []*breaker.Registry
+}
+
+var _ breaker.CallObserver = (*Observer)(nil)
+
+var bg = context.Background()
+
+// New creates the instruments on a meter of mp (the global MeterProvider when mp is nil).
+func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	name := func(n string) string {
+		if cfg.prefix == "" {
+			return n
+		}
+		return cfg.prefix + "." + n
+	}
+	m := mp.Meter(ScopeName)
+	o := &Observer{}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+
+	o.calls, err = m.Int64ObservableCounter(name("breaker.calls"), metric.WithUnit("{call}"),
+		metric.WithDescription("Calls judged by the breaker, by outcome and by the state before and after."))
+	add(err)
+	o.callbackFailures, err = m.Int64ObservableCounter(name("breaker.callback_failures"), metric.WithUnit("{failure}"),
+		metric.WithDescription("Protected calls that returned an error or panicked, by the error's Go type."))
+	add(err)
+	o.fallbacks, err = m.Int64ObservableCounter(name("breaker.fallbacks"), metric.WithUnit("{fallback}"),
+		metric.WithDescription("Fallbacks run by breaker.Call, by reason."))
+	add(err)
+	o.transitions, err = m.Int64Counter(name("breaker.transitions"), metric.WithUnit("{transition}"),
+		metric.WithDescription("State transitions, by from and to state and by cause."))
+	add(err)
+	o.eventTimestamp, err = m.Float64Gauge(name("breaker.event.timestamp"), metric.WithUnit("s"),
+		metric.WithDescription("Unix time of the last transition or half-open probe."))
+	add(err)
+	o.state, err = m.Int64ObservableGauge(name("breaker.state"),
+		metric.WithDescription("State of the circuit: 0 closed, 1 open, 2 half-open."))
+	add(err)
+	o.active, err = m.Int64ObservableGauge(name("breaker.active_calls"), metric.WithUnit("{call}"),
+		metric.WithDescription("Calls admitted and not yet finished."))
+	add(err)
+	o.failures, err = m.Int64ObservableGauge(name("breaker.failures"), metric.WithUnit("{failure}"),
+		metric.WithDescription("Failures the circuit is judging on (Counts().Failures) of tracked breakers."))
+	add(err)
+	o.successes, err = m.Int64ObservableGauge(name("breaker.successes"), metric.WithUnit("{success}"),
+		metric.WithDescription("Consecutive half-open successes (Counts().Successes) of tracked breakers."))
+	add(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	o.registration, err = m.RegisterCallback(o.observe,
+		o.calls, o.callbackFailures, o.fallbacks, o.state, o.active, o.failures, o.successes)
+	if err != nil {
+		return nil, err
+	}
+	empty := map[string]*series{}
+	o.series.Store(&empty)
+	return o, nil
+}
+
+// Track makes the failures and successes gauges report b, reading [breaker.Breaker.Counts]
+// at collection. The other instruments need no tracking: they cover every breaker the
+// observer is given to.
+func (o *Observer) Track(b *breaker.Breaker) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.tracked = append(o.tracked, b)
+}
+
+// TrackRegistry tracks every breaker r holds at collection time, as [Observer.Track] does.
+func (o *Observer) TrackRegistry(r *breaker.Registry) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.registries = append(o.registries, r)
+}
+
+// Close stops the gauges' collection callback.
+func (o *Observer) Close() error { return o.registration.Unregister() }
+
+// series is everything recorded for one breaker, with every attribute set it needs built
+// once, so that recording allocates nothing.
+type series struct {
+	// stateAt packs the last known state with the transition period it was reached in
+	// (period<<2 | state), so a transition delivered late cannot overwrite a newer one.
+	stateAt atomic.Uint64
+	// started counts admitted calls; those in flight are started minus the admitted calls
+	// ended, which the calls cells count already, so ending a call costs one addition.
+	started atomic.Int64
+
+	calls     [4][3][3]cell // outcome, initial, final
+	fallbacks [3]cell
+	failures  sync.Map // failKey → *cell, by error type
+
+	base        metric.ObserveOption
+	transitions [3][3][5][]metric.AddOption // from, to, cause
+	transEvent  [3][3][]metric.RecordOption
+	probeEvent  [4][]metric.RecordOption // outcome
+	name        attribute.KeyValue
+}
+
+// cell is one counter series: its count and its attributes.
+type cell struct {
+	n   atomic.Int64
+	opt metric.ObserveOption
+}
+
+func (c *cell) observe(obs metric.Observer, inst metric.Int64Observable) {
+	// A series is reported from its first count on: breakers see few of the 36
+	// outcome and state combinations, and the others would be noise.
+	if n := c.n.Load(); n != 0 {
+		obs.ObserveInt64(inst, n, c.opt)
+	}
+}
+
+// inFlight returns the calls admitted and not yet ended. The ends are read first: every
+// call counted as ended had started by then, so the difference is never negative.
+func (s *series) inFlight() int64 {
+	var ended int64
+	for i, oc := range outcomes {
+		if oc == breaker.OutcomeRejected {
+			continue
+		}
+		for j := range s.calls[i] {
+			for k := range s.calls[i][j] {
+				ended += s.calls[i][j][k].n.Load()
+			}
+		}
+	}
+	return s.started.Load() - ended
+}
+
+type failKey struct {
+	t        reflect.Type
+	state    breaker.State
+	panicked bool
+}
+
+var (
+	states   = [3]breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen}
+	outcomes = [4]breaker.Outcome{breaker.OutcomeSuccess, breaker.OutcomeFailure, breaker.OutcomeIgnored, breaker.OutcomeRejected}
+	reasons  = [3]breaker.FallbackReason{breaker.FallbackOpen, breaker.FallbackHalfOpenSaturated, breaker.FallbackFailure}
+	causes   = [5]breaker.TransitionCause{breaker.CauseCalls, breaker.CauseTimeout, breaker.CauseTrip, breaker.CauseMode, breaker.CauseAdopted}
+)
+
+func observeOpt(kv ...attribute.KeyValue) metric.ObserveOption {
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
+}
+
+func addOpt(kv ...attribute.KeyValue) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+}
+
+func recordOpt(kv ...attribute.KeyValue) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+}
+
+func newSeries(name string) *series {
+	n := KeyName.String(name)
+	s := &series{name: n, base: metric.WithAttributeSet(attribute.NewSet(n))}
+	for i, oc := range outcomes {
+		for j, in := range states {
+			for k, fin := range states {
+				s.calls[i][j][k].opt = observeOpt(n, KeyOutcome.String(oc.String()),
+					KeyInitialState.String(in.String()), KeyState.String(fin.String()))
+			}
+		}
+		s.probeEvent[i] = recordOpt(n, KeyEvent.String("probe"), KeyOutcome.String(oc.String()))
+	}
+	for i, r := range reasons {
+		s.fallbacks[i].opt = observeOpt(n, KeyReason.String(r.String()))
+	}
+	for i, from := range states {
+		for j, to := range states {
+			for k, c := range causes {
+				s.transitions[i][j][k] = addOpt(n, KeyFromState.String(from.String()),
+					KeyToState.String(to.String()), KeyCause.String(c.String()))
+			}
+			s.transEvent[i][j] = recordOpt(n, KeyEvent.String("transition"),
+				KeyFromState.String(from.String()), KeyToState.String(to.String()))
+		}
+	}
+	return s
+}
+
+type recentEntry struct {
+	data *byte
+	len  int
+	s    *series
+}
+
+// get returns the series of a breaker, creating it on first sight.
+func (o *Observer) get(name string) *series {
+	data := unsafe.StringData(name)
+	slot := &o.recent[(uintptr(unsafe.Pointer(data))>>4)%uintptr(len(o.recent))]
+	if e := slot.Load(); e != nil && e.data == data && e.len == len(name) {
+		return e.s // the same bytes: the same name
+	}
+	if s, ok := (*o.series.Load())[name]; ok {
+		slot.Store(&recentEntry{data: data, len: len(name), s: s})
+		return s
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.series.Load()
+	if s, ok := old[name]; ok {
+		return s
+	}
+	s := newSeries(name)
+	m := make(map[string]*series, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[name] = s
+	o.series.Store(&m)
+	return s
+}
+
+// inRange guards the attribute tables against values a newer breaker package might add.
+func inRange[T ~uint8 | ~int32](v T, n int) bool { return v >= 0 && int(v) < n }
+
+// OnTransition implements [breaker.Observer].
+func (o *Observer) OnTransition(t breaker.Transition) {
+	if !inRange(t.From, 3) || !inRange(t.To, 3) {
+		return
+	}
+	s := o.get(t.Breaker)
+	packed := t.Period<<2 | uint64(t.To)
+	for {
+		cur := s.stateAt.Load()
+		if cur>>2 > t.Period || s.stateAt.CompareAndSwap(cur, packed) {
+			break
+		}
+	}
+	if inRange(t.Cause, len(causes)) {
+		o.transitions.Add(bg, 1, s.transitions[t.From][t.To][t.Cause]...)
+	}
+	at := t.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	o.eventTimestamp.Record(bg, unixSeconds(at), s.transEvent[t.From][t.To]...)
+}
+
+// noteState records the state a call saw, for breakers no transition has been seen of yet
+// (a breaker created forced open starts open without one).
+func (s *series) noteState(st breaker.State) {
+	if cur := s.stateAt.Load(); cur>>2 == 0 && breaker.State(cur&3) != st {
+		s.stateAt.CompareAndSwap(cur, uint64(st))
+	}
+}
+
+// OnCallStart implements [breaker.CallObserver].
+func (o *Observer) OnCallStart(name string, st breaker.State) {
+	s := o.get(name)
+	s.started.Add(1)
+	s.noteState(st)
+}
+
+// OnCallEnd implements [breaker.CallObserver].
+func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
+	if !inRange(ev.Outcome, 4) || !inRange(ev.Initial, 3) || !inRange(ev.Final, 3) {
+		return
+	}
+	s := o.get(ev.Breaker)
+	s.noteState(ev.Final)
+	s.calls[ev.Outcome][ev.Initial][ev.Final].n.Add(1)
+	if ev.Outcome != breaker.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
+		s.failureCell(ev.Err, ev.Panicked, ev.Initial).n.Add(1)
+	}
+	if ev.Initial == breaker.HalfOpen && ev.Outcome != breaker.OutcomeRejected {
+		o.eventTimestamp.Record(bg, unixSeconds(time.Now()), s.probeEvent[ev.Outcome]...)
+	}
+}
+
+// failureCell returns the counter of a kind of callback failure: the Go type of the error,
+// as the seed records the exception's class ("panic T" for a panic with a value of type
+// T), and the state the call ran in.
+func (s *series) failureCell(err error, panicked bool, st breaker.State) *cell {
+	k := failKey{t: reflect.TypeOf(err), state: st, panicked: panicked}
+	if pe, ok := err.(*breaker.PanicError); ok && panicked {
+		k.t = reflect.TypeOf(pe.Value)
+	}
+	if c, ok := s.failures.Load(k); ok {
+		return c.(*cell)
+	}
+	typ := "<nil>"
+	if k.t != nil {
+		typ = k.t.String()
+	}
+	if panicked {
+		typ = "panic " + typ
+	}
+	c := &cell{opt: observeOpt(s.name, KeyExceptionType.String(typ), KeyState.String(st.String()))}
+	v, _ := s.failures.LoadOrStore(k, c)
+	return v.(*cell)
+}
+
+// OnFallback implements [breaker.CallObserver].
+func (o *Observer) OnFallback(name string, reason breaker.FallbackReason, _ error) {
+	if !inRange(reason, 3) {
+		return
+	}
+	o.get(name).fallbacks[reason].n.Add(1)
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// observe is the collection callback of the gauges.
+func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
+	for _, s := range *o.series.Load() {
+		obs.ObserveInt64(o.state, int64(s.stateAt.Load()&3), s.base)
+		obs.ObserveInt64(o.active, s.inFlight(), s.base)
+		for i := range s.calls {
+			for j := range s.calls[i] {
+				for k := range s.calls[i][j] {
+					s.calls[i][j][k].observe(obs, o.calls)
+				}
+			}
+		}
+		for i := range s.fallbacks {
+			s.fallbacks[i].observe(obs, o.fallbacks)
+		}
+		s.failures.Range(func(_, c any) bool {
+			c.(*cell).observe(obs, o.callbackFailures)
+			return true
+		})
+	}
+	o.mu.Lock()
+	tracked := append([]*breaker.Breaker(nil), o.tracked...)
+	regs := append([]*breaker.Registry(nil), o.registries...)
+	o.mu.Unlock()
+	seen := make(map[*breaker.Breaker]bool, len(tracked))
+	report := func(b *breaker.Breaker) {
+		if seen[b] {
+			return
+		}
+		seen[b] = true
+		c := b.Counts()
+		s := o.get(b.Name())
+		obs.ObserveInt64(o.failures, c.Failures, s.base)
+		obs.ObserveInt64(o.successes, c.Successes, s.base)
+	}
+	for _, b := range tracked {
+		report(b)
+	}
+	for _, r := range regs {
+		r.Each(report)
+	}
+	return nil
+}
