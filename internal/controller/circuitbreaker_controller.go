@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -25,6 +26,10 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
+
+// errStale says a write was refused because it was computed from an object
+// older than the stored one.
+var errStale = errors.New("computed from a stale object")
 
 // FieldOwner is the field manager of every write the controller makes.
 const FieldOwner = "fusebox-controller"
@@ -59,7 +64,9 @@ func (r *CircuitBreakerReconciler) Reconcile(ctx context.Context, req reconcile.
 		return ctrl.Result{}, fmt.Errorf("list CircuitBreakers: %w", err)
 	}
 	for i := range breakers.Items {
-		if err := r.pruneMembers(ctx, &breakers.Items[i]); err != nil {
+		if err := r.pruneMembers(ctx, &breakers.Items[i]); errors.Is(err, errStale) {
+			return ctrl.Result{}, nil // the newer version's watch event reconciles again
+		} else if err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -169,20 +176,29 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome) 
 	setConfigAppliedCondition(desired)
 	stampObservedGeneration(desired)
 
+	if !equality.Semantic.DeepEqual(cb.Status, desired.Status) {
+		// The optimistic lock refuses a patch computed from a stale cache, whose
+		// Events would repeat the ones the fresher reconcile already recorded. A
+		// conflict means a newer version exists, and its watch event reconciles
+		// again, so it needs no retry of its own.
+		patch := client.MergeFromWithOptions(cb, client.MergeFromWithOptimisticLock{})
+		err := r.Status().Patch(ctx, desired, patch, client.FieldOwner(FieldOwner))
+		switch {
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("patch status of CircuitBreaker %s/%s: %w", cb.Namespace, cb.Name, err)
+		}
+	}
 	r.recordEvents(cb, desired, o)
 	r.Metrics.observe(desired)
-	if equality.Semantic.DeepEqual(cb.Status, desired.Status) {
-		return nil
-	}
-	if err := r.Status().Patch(ctx, desired, client.MergeFrom(cb), client.FieldOwner(FieldOwner)); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("patch status of CircuitBreaker %s/%s: %w", cb.Namespace, cb.Name, err))
-	}
 	return nil
 }
 
-// recordEvents records what changed between the stored status and the new one.
-// Each Event follows a change of stored status, so a reconcile that changes
-// nothing records nothing, and a restarted controller does not repeat them.
+// recordEvents records what changed between the stored status and the new one,
+// once the new one is stored. Each Event follows a change of stored status, so
+// a reconcile that changes nothing records nothing, and a restarted controller
+// does not repeat them.
 func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.CircuitBreaker, o outcome) {
 	switch {
 	case o.err != nil && !sameCondition(cb, desired, resiliencev1alpha1.ConditionReady):
@@ -323,8 +339,12 @@ func (r *CircuitBreakerReconciler) pruneMembers(ctx context.Context, cb *resilie
 	// The optimistic lock makes a pod's concurrent write conflict instead of
 	// being lost under a list replaced whole.
 	patch := client.MergeFromWithOptions(cb, client.MergeFromWithOptimisticLock{})
-	if err := r.Status().Patch(ctx, pruned, patch, client.FieldOwner(FieldOwner)); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("prune members of CircuitBreaker %s/%s: %w", cb.Namespace, cb.Name, err))
+	err := r.Status().Patch(ctx, pruned, patch, client.FieldOwner(FieldOwner))
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return errStale
+	case err != nil:
+		return fmt.Errorf("prune members of CircuitBreaker %s/%s: %w", cb.Namespace, cb.Name, err)
 	}
 	r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventMemberPruned, "Prune",
 		"Removed the reports of pods that no longer exist: %s", strings.Join(gone, ", "))
