@@ -1,0 +1,179 @@
+package kube
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// configured is what this pod knows of one breaker named in the ConfigMap.
+type configured struct {
+	// good is the last config that parsed and validated; nil if none ever did, in which
+	// case the breaker runs the default policy.
+	good *breakerconfig.Config
+	// refusal says why the latest published config was refused; empty when good is it.
+	refusal string
+	// logged is the refusal last logged, so that a bad entry that stays bad across many
+	// ConfigMap updates is logged once.
+	logged string
+	// adopted is the last fleet verdict this pod adopted. The ConfigMap changes for many
+	// reasons; adopting the same verdict again would, for a circuit already open, move its
+	// open period back to the verdict's start after a local Trip restarted it.
+	adopted *breaker.Verdict
+}
+
+// applier turns the published documents of the ConfigMap into registry policies, fleet
+// verdicts and the reporter's config generations and refusals. Both config sources feed it.
+type applier struct {
+	reg *breaker.Registry
+	rep *reporter // nil: reporting is off
+	log *slog.Logger
+
+	mu       sync.Mutex
+	synced   bool                   // guarded by mu: a first config has been applied
+	breakers map[string]*configured // guarded by mu: by breaker name
+	seen     int                    // guarded by mu: breakers of reg at the last reconcile
+
+	applies, adoptions atomic.Int64
+}
+
+// keySuffix ends every ConfigMap key that holds a breaker's published config.
+const keySuffix = ".json"
+
+// apply applies the full set of published documents, by ConfigMap key; nil or empty
+// means there is no ConfigMap, and every breaker reverts to the default policy.
+func (a *applier) apply(data map[string]string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.applies.Add(1)
+
+	next := make(map[string]*configured, len(data))
+	policies := make(map[string]breaker.Policy, len(data))
+	for key, doc := range data {
+		name, ok := strings.CutSuffix(key, keySuffix)
+		if !ok || name == "" {
+			continue
+		}
+		c := a.breakers[name]
+		if c == nil {
+			c = &configured{}
+		}
+		next[name] = c
+		cfg, err := parse(name, doc)
+		if err != nil {
+			c.refusal = err.Error()
+			if c.refusal != c.logged {
+				c.logged = c.refusal
+				attrs := []any{"breaker", name, "error", err}
+				if c.good != nil {
+					attrs = append(attrs, "keptGeneration", c.good.Generation)
+				}
+				a.log.Warn("Refused published breaker config; keeping the last good one", attrs...)
+			}
+		} else {
+			c.good, c.refusal, c.logged = &cfg, "", ""
+		}
+		if c.good != nil {
+			// Parse validated it, so Policy cannot fail.
+			p, _ := c.good.Policy()
+			policies[name] = p
+		}
+	}
+	for name := range a.breakers {
+		if next[name] == nil {
+			a.log.Info("Breaker no longer published; back to the default policy", "breaker", name)
+			if a.rep != nil {
+				a.rep.unconfigure(name)
+			}
+		}
+	}
+	a.breakers = next
+	if err := a.reg.Apply(policies); err != nil {
+		// Every policy here passed Validate, so this is a bug, not bad input.
+		a.log.Error("Registry refused validated policies", "error", err)
+	}
+	if !a.synced {
+		a.synced = true
+		a.log.Info("Breaker config loaded", "breakers", len(next))
+	}
+	a.reconcileLocked()
+}
+
+// parse reads the document published under name.json.
+func parse(name, doc string) (breakerconfig.Config, error) {
+	cfg, err := breakerconfig.Parse([]byte(doc))
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.Name != name {
+		return breakerconfig.Config{}, fmt.Errorf("invalid breaker config: name %q does not match its key %q", cfg.Name, name+keySuffix)
+	}
+	return cfg, nil
+}
+
+// reconcile catches up with breakers the application created since the last call: they
+// adopt the current fleet verdict and start being reported. The registry has no hook for
+// creation, so this runs on a slow local tick (no API traffic unless something changed).
+func (a *applier) reconcile() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.synced {
+		return
+	}
+	// Breakers are never removed from a registry, so a count that did not move means no
+	// new ones.
+	if n := len(a.reg.Names()); n == a.seen {
+		return
+	}
+	a.reconcileLocked()
+}
+
+// reconcileLocked adopts fleet verdicts and hands config generations and refusals to the
+// reporter, for every published breaker that exists in the registry. Caller holds mu.
+// Breakers deliver transitions to the reporter synchronously from here, which is fine:
+// the reporter never takes mu.
+func (a *applier) reconcileLocked() {
+	a.seen = len(a.reg.Names())
+	for name, c := range a.breakers {
+		b, ok := a.reg.Lookup(name)
+		if !ok {
+			// Not used by this application (yet): nothing to adopt into or report. If it is
+			// created later, the next reconcile adopts the verdict current then.
+			continue
+		}
+		if v, ok := fleetVerdict(c.good); ok && (c.adopted == nil || !sameVerdict(*c.adopted, v)) {
+			b.Adopt(v)
+			c.adopted = &v
+			a.adoptions.Add(1)
+		}
+		if a.rep != nil {
+			var gen int64
+			if c.good != nil {
+				gen = c.good.Generation
+			}
+			a.rep.configure(b, gen, c.refusal)
+		}
+	}
+}
+
+// fleetVerdict is the verdict a good config carries for this pod to adopt.
+func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
+	if c == nil || c.Scope != breakerconfig.ScopeFleet || c.Verdict == nil {
+		return breaker.Verdict{}, false
+	}
+	// Parse validated the state, so ParseState cannot fail.
+	s, err := breaker.ParseState(c.Verdict.State)
+	if err != nil {
+		return breaker.Verdict{}, false
+	}
+	return breaker.Verdict{State: s, Since: c.Verdict.Since}, true
+}
+
+func sameVerdict(a, b breaker.Verdict) bool {
+	return a.State == b.State && a.Since.Equal(b.Since) && a.HalfOpenSuccesses == b.HalfOpenSuccesses
+}

@@ -1,0 +1,42 @@
+package kube_test
+
+import (
+	"context"
+	"log"
+	"net/http"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/httpbreaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+)
+
+// An application pod guards its calls to payments-api with the breaker of that name,
+// configured by the CircuitBreaker payments-api of its namespace. POD_NAME and
+// POD_NAMESPACE come from the downward API; kube.FromEnvironment(ctx) does the same in one
+// call.
+func Example() {
+	ctx := context.Background() // cancel it to stop watching and reporting
+
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		log.Fatal(err)
+	}
+	reg, err := kube.Start(ctx, kube.Options{
+		Config:    cfg,
+		Namespace: "shop",            // os.Getenv("POD_NAMESPACE")
+		Pod:       "web-7d9f8-x2x4q", // os.Getenv("POD_NAME")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	client := &http.Client{Transport: httpbreaker.NewTransport(reg.Get("payments-api"), nil)}
+	resp, err := client.Get("http://payments-api.shop.svc/healthz")
+	if err != nil {
+		// errors.Is(err, breaker.ErrOpen) when the circuit is open: nothing was sent.
+		log.Print(err)
+		return
+	}
+	resp.Body.Close()
+}

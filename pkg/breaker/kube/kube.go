@@ -1,0 +1,301 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+)
+
+// Options configure [Start].
+type Options struct {
+	// Config reaches the API server. With ConfigDir empty it is required: the config is
+	// read from the ConfigMap through the API. With ConfigDir set it is optional and used
+	// only to report; nil turns reporting off.
+	Config *rest.Config
+	// Namespace is the pod's namespace: where the ConfigMap and the CircuitBreakers are.
+	// Required with Config.
+	Namespace string
+	// Pod is the pod's name: the key of its entries in status.members, and of its field
+	// manager. Required with Config.
+	Pod string
+	// ConfigDir, when set, is where the fusebox-breakers ConfigMap is mounted as a volume;
+	// the config is read from there instead of through the API, for pods that may not read
+	// it.
+	ConfigDir string
+	// PollInterval is how often the file source re-reads ConfigDir besides reacting to file
+	// events; zero means DefaultPollInterval.
+	PollInterval time.Duration
+	// DefaultPolicy is the policy of breakers the ConfigMap does not name, and of every
+	// breaker until it is read; the zero Policy means breaker.DefaultPolicy().
+	DefaultPolicy breaker.Policy
+	// BreakerOptions are given to every breaker the registry creates (a clock, a
+	// classifier, observers such as otelbreaker's).
+	BreakerOptions []breaker.Option
+	// Logger receives what the connection to the cluster has to say; nil means
+	// slog.Default().
+	Logger *slog.Logger
+
+	// whyNoReport, set by OptionsFromEnvironment, says why reporting is off.
+	whyNoReport string
+}
+
+// Agent is a running connection between a breaker registry and the cluster. Its
+// goroutines stop when the context given to [StartAgent] is cancelled; Done tells when
+// they have.
+type Agent struct {
+	reg     *breaker.Registry
+	applier *applier
+	rep     *reporter // nil: reporting is off
+	done    chan struct{}
+}
+
+// Registry returns the registry whose breakers the agent configures and reports.
+func (a *Agent) Registry() *breaker.Registry { return a.reg }
+
+// Done is closed once every goroutine of the agent has returned, after its context is
+// cancelled.
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Stats counts what an agent has done since it started.
+type Stats struct {
+	// ConfigApplies is how many times a published config (or its absence) was applied.
+	ConfigApplies int64
+	// Adoptions is how many fleet verdicts this pod adopted.
+	Adoptions int64
+	// Writes is how many member entries the API server accepted.
+	Writes int64
+	// WriteFailures is how many writes failed and were retried.
+	WriteFailures int64
+	// Dropped is how many entries were given up: no CircuitBreaker of that name (404), or
+	// a body the API server refuses.
+	Dropped int64
+}
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() Stats {
+	s := Stats{ConfigApplies: a.applier.applies.Load(), Adoptions: a.applier.adoptions.Load()}
+	if a.rep != nil {
+		s.Writes, s.WriteFailures, s.Dropped = a.rep.writes.Load(), a.rep.failures.Load(), a.rep.dropped.Load()
+	}
+	return s
+}
+
+// newBreakerScan is how often the agent looks for breakers the application created, to
+// adopt their fleet verdict and report them. The registry has no creation hook; this is a
+// read of local memory, with no API traffic unless a new breaker turns up.
+var newBreakerScan = time.Second
+
+// Start connects a new breaker registry to the cluster and returns it: see [StartAgent].
+// Use StartAgent to be able to wait for its goroutines to stop, or to read its counters.
+func Start(ctx context.Context, o Options) (*breaker.Registry, error) {
+	a, err := StartAgent(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return a.Registry(), nil
+}
+
+// StartAgent creates a registry whose breakers start on the default policy, starts the
+// config source (the ConfigMap through the API, or the mounted directory) and, with a
+// Config, the reporter, and returns at once, even if the API server cannot be reached: the
+// breakers run on their defaults until the config arrives. Everything stops when ctx is
+// cancelled; [Agent.Done] is closed when it has.
+//
+// Only breakers that the ConfigMap names and that the application has created (with
+// Registry.Get) are reported: there is no CircuitBreaker for the others, and a pod does
+// not speak for breakers it does not use. The first report of a breaker is written after
+// the first config is applied, so that a pod starting while its fleet's verdict is Open
+// reports Open rather than a fresh Closed. The registry tells nobody when it creates a
+// breaker, so one created after the config arrived is noticed within a second: it adopts
+// the fleet verdict and is reported then.
+func StartAgent(ctx context.Context, o Options) (*Agent, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "fusebox")
+	switch {
+	case o.Config == nil && o.ConfigDir == "":
+		return nil, errors.New("kube: Options.Config and Options.ConfigDir are both empty: there is nowhere to read the breaker config from")
+	case o.Config != nil && o.Namespace == "":
+		return nil, errors.New("kube: Options.Namespace is empty (set it from the downward API: POD_NAMESPACE)")
+	case o.Config != nil && o.Pod == "":
+		return nil, errors.New("kube: Options.Pod is empty (set it from the downward API: POD_NAME)")
+	}
+	def := o.DefaultPolicy
+	if def == (breaker.Policy{}) {
+		def = breaker.DefaultPolicy()
+	}
+
+	var (
+		hc  *http.Client
+		cs  kubernetes.Interface
+		rep *reporter
+	)
+	if o.Config != nil {
+		var (
+			dc  dynamic.Interface
+			err error
+		)
+		if hc, cs, dc, err = clientsFor(o.Config, o.Pod); err != nil {
+			return nil, err
+		}
+		rep = newReporter(dc, o.Namespace, o.Pod, log)
+	}
+
+	opts := slices.Clone(o.BreakerOptions)
+	if rep != nil {
+		opts = append(opts, breaker.WithObserver(rep))
+	}
+	reg, err := breaker.NewRegistry(def, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kube: default policy: %w", err)
+	}
+	ap := &applier{reg: reg, rep: rep, log: log}
+	a := &Agent{reg: reg, applier: ap, rep: rep, done: make(chan struct{})}
+
+	var wg sync.WaitGroup
+	if o.ConfigDir != "" {
+		poll := o.PollInterval
+		if poll <= 0 {
+			poll = DefaultPollInterval
+		}
+		src := &fileSource{dir: o.ConfigDir, poll: poll, apply: ap.apply, log: log}
+		wg.Go(func() { src.run(ctx) })
+		log.Info("Reading breaker config from a mounted directory", "dir", o.ConfigDir)
+	} else {
+		src := &apiSource{client: cs, namespace: o.Namespace, apply: ap.apply, log: log}
+		wg.Go(func() { src.run(ctx) })
+		log.Info("Watching the breaker ConfigMap", "namespace", o.Namespace)
+	}
+	if rep != nil {
+		wg.Go(func() { rep.run(ctx) })
+		log.Info("Reporting breaker states on CircuitBreaker status", "namespace", o.Namespace, "pod", o.Pod)
+	} else {
+		why := o.whyNoReport
+		if why == "" {
+			why = "Options.Config is nil"
+		}
+		log.Info("Not reporting breaker states: "+why, "dir", o.ConfigDir)
+	}
+	wg.Go(func() {
+		t := time.NewTicker(newBreakerScan)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				ap.reconcile()
+			}
+		}
+	})
+	go func() {
+		wg.Wait()
+		if hc != nil {
+			// Idle keep-alive connections each hold goroutines; they are ours to close.
+			utilnet.CloseIdleConnectionsFor(hc.Transport)
+		}
+		close(a.done)
+	}()
+	return a, nil
+}
+
+// clientsFor returns the clients of one agent, over one HTTP client that the agent closes
+// the idle connections of when it stops.
+func clientsFor(c *rest.Config, pod string) (*http.Client, kubernetes.Interface, dynamic.Interface, error) {
+	c = rest.CopyConfig(c)
+	if c.UserAgent == "" {
+		c.UserAgent = "fusebox-pod/" + pod
+	}
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kube: %w", err)
+	}
+	cs, err := kubernetes.NewForConfigAndClient(c, hc)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kube: %w", err)
+	}
+	dc, err := dynamic.NewForConfigAndClient(c, hc)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kube: %w", err)
+	}
+	return hc, cs, dc, nil
+}
+
+// Environment variables that FromEnvironment reads.
+const (
+	EnvPodName   = "POD_NAME"
+	EnvNamespace = "POD_NAMESPACE"
+	EnvConfigDir = "FUSEBOX_CONFIG_DIR"
+)
+
+// FromEnvironment starts the agent of a pod as [OptionsFromEnvironment] configures it and
+// returns its registry, as [Start] does.
+func FromEnvironment(ctx context.Context) (*breaker.Registry, error) {
+	o, err := OptionsFromEnvironment()
+	if err != nil {
+		return nil, err
+	}
+	return Start(ctx, o)
+}
+
+// OptionsFromEnvironment builds Options for a pod: its name and namespace from POD_NAME
+// and POD_NAMESPACE (set them with the downward API), and the in-cluster API config.
+// With FUSEBOX_CONFIG_DIR set, the config is read from that directory instead (the
+// ConfigMap mounted as a volume), and states are reported only if the pod also has an
+// in-cluster config and both variables; otherwise reporting is off, and Start logs why.
+func OptionsFromEnvironment() (Options, error) {
+	o := Options{
+		Pod:       os.Getenv(EnvPodName),
+		Namespace: os.Getenv(EnvNamespace),
+		ConfigDir: os.Getenv(EnvConfigDir),
+	}
+	var missing []string
+	if o.Pod == "" {
+		missing = append(missing, EnvPodName)
+	}
+	if o.Namespace == "" {
+		missing = append(missing, EnvNamespace)
+	}
+	cfg, cfgErr := rest.InClusterConfig()
+	if o.ConfigDir == "" {
+		if len(missing) > 0 {
+			return Options{}, fmt.Errorf("kube: %s not set: expose them with the downward API (fieldRef metadata.name and metadata.namespace), or set %s to read a mounted ConfigMap instead", joinNames(missing), EnvConfigDir)
+		}
+		if cfgErr != nil {
+			return Options{}, fmt.Errorf("kube: no in-cluster API config (%w); set %s to read a mounted ConfigMap instead", cfgErr, EnvConfigDir)
+		}
+		o.Config = cfg
+		return o, nil
+	}
+	switch {
+	case cfgErr != nil:
+		o.whyNoReport = fmt.Sprintf("no in-cluster API config (%v)", cfgErr)
+	case len(missing) > 0:
+		o.whyNoReport = joinNames(missing) + " not set"
+	default:
+		o.Config = cfg
+	}
+	return o, nil
+}
+
+func joinNames(names []string) string {
+	if len(names) == 1 {
+		return names[0] + " is"
+	}
+	return fmt.Sprintf("%s and %s are", names[0], names[1])
+}

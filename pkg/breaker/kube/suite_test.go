@@ -1,0 +1,343 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// The envtest control plane every test of this package shares; each test works in its
+// own namespace.
+var (
+	testEnv   *envtest.Environment
+	cfg       *rest.Config
+	k8sClient client.Client // direct, uncached: assertions see the API server itself
+	envErr    error         // why the control plane did not start
+	scheme    = runtime.NewScheme()
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+	certDir, err := os.MkdirTemp("", "fusebox-kube-envtest-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(certDir)
+	if testEnv, envErr = testenv.New("../../.."); envErr == nil {
+		// A certificate directory of our own survives APIServer.Stop, so the outage test
+		// can restart the API server on the same port with the same serving certificate,
+		// and the rest.Config every instance holds stays valid.
+		api := testEnv.ControlPlane.GetAPIServer()
+		api.CertDir = certDir
+		// A graceful stop of kube-apiserver can take the whole 20s default; past this it is
+		// killed, which is what the outage test wants anyway.
+		testEnv.ControlPlaneStopTimeout = 3 * time.Second
+		cfg, envErr = testEnv.Start()
+	}
+	if envErr == nil {
+		defer func() { _ = testEnv.Stop() }()
+		k8sClient, envErr = client.New(cfg, client.Options{Scheme: scheme})
+	}
+	if envErr != nil {
+		fmt.Fprintf(os.Stderr, "\n*** envtest control plane not started: %v\n*** the tests that need it fail\n\n", envErr)
+	}
+	return m.Run()
+}
+
+// needEnv fails a test that needs the control plane when there is none.
+func needEnv(t *testing.T) {
+	t.Helper()
+	if envErr != nil {
+		t.Fatalf("envtest control plane not started (run `make envtest` or hack/envtest.sh): %v", envErr)
+	}
+}
+
+// fakeClock is a breaker.Clock that moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var _ breaker.Clock = (*fakeClock)(nil)
+
+// testPolicy opens after two calls of which half failed, and stays open 30s.
+func testPolicy() breaker.Policy {
+	p := breaker.DefaultPolicy()
+	p.MinimumThroughput = 2
+	return p
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	needEnv(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kube-"}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// createBreaker creates the CircuitBreaker name; the operator does not run in this suite,
+// so its spec matters to nobody: the ConfigMap the tests write is what pods read.
+func createBreaker(t *testing.T, ns, name string) {
+	t.Helper()
+	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := k8sClient.Create(context.Background(), cb); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// render is the published document of a breaker, as the operator writes it.
+func render(t *testing.T, name string, gen int64, p breaker.Policy, scope string, verdict *breakerconfig.Verdict) string {
+	t.Helper()
+	c := breakerconfig.FromPolicy(name, gen, p, scope)
+	c.Verdict = verdict
+	b, err := breakerconfig.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// writeConfigMap creates or replaces the namespace's fusebox-breakers ConfigMap.
+func writeConfigMap(t *testing.T, ns string, data map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resiliencev1alpha1.ConfigMapName}}
+	err := k8sClient.Get(ctx, client.ObjectKeyFromObject(cm), cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm.Data = data
+		err = k8sClient.Create(ctx, cm)
+	case err == nil:
+		cm.Data = data
+		err = k8sClient.Update(ctx, cm)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// members returns the member entries of the CircuitBreaker name, by pod.
+func members(ns, name string) (map[string]resiliencev1alpha1.MemberStatus, error) {
+	var cb resiliencev1alpha1.CircuitBreaker
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cb); err != nil {
+		return nil, err
+	}
+	out := map[string]resiliencev1alpha1.MemberStatus{}
+	for _, m := range cb.Status.Members {
+		out[m.Pod] = m
+	}
+	return out, nil
+}
+
+// eventually polls f until it returns nil, and fails the test with f's last error when
+// timeout passes first. API propagation takes time; breaker time never does here (the
+// breakers run on fake clocks).
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing after %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// instance is one in-process "pod": an agent with its own pod name and API connection.
+type instance struct {
+	pod    string
+	agent  *Agent
+	reg    *breaker.Registry
+	cancel context.CancelFunc
+	// mutations counts the mutating requests this instance sent to the API server.
+	mutations *atomic.Int64
+	logs      *syncBuffer
+}
+
+type instanceOptions struct {
+	clock    *fakeClock
+	breakers []string // created with Registry.Get right after start, as an application would
+	modify   func(*Options)
+}
+
+// startInstance starts an agent for pod in ns. It stops when the test ends.
+func startInstance(t *testing.T, ns, pod string, opt instanceOptions) *instance {
+	t.Helper()
+	in := &instance{pod: pod, mutations: new(atomic.Int64), logs: new(syncBuffer)}
+	c := rest.CopyConfig(cfg)
+	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return &countingTransport{rt: rt, mutations: in.mutations}
+	}
+	o := Options{
+		Config:        c,
+		Namespace:     ns,
+		Pod:           pod,
+		DefaultPolicy: breaker.DefaultPolicy(),
+		Logger:        slog.New(slog.NewTextHandler(logWriter(t, in.logs), &slog.HandlerOptions{Level: slog.LevelDebug})).With("pod", pod),
+	}
+	if opt.clock != nil {
+		o.BreakerOptions = append(o.BreakerOptions, breaker.WithClock(opt.clock))
+	}
+	if opt.modify != nil {
+		opt.modify(&o)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := StartAgent(ctx, o)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	in.agent, in.reg, in.cancel = a, a.Registry(), cancel
+	for _, b := range opt.breakers {
+		in.reg.Get(b)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-a.Done():
+		case <-time.After(10 * time.Second):
+			t.Errorf("instance %s: agent still running 10s after cancel", pod)
+		}
+	})
+	return in
+}
+
+// logWriter sends an instance's log to its buffer, and to the test log with -v.
+func logWriter(t *testing.T, buf *syncBuffer) io.Writer {
+	if testing.Verbose() {
+		return io.MultiWriter(buf, tWriter{t})
+	}
+	return buf
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// countingTransport counts mutating requests on their way to the API server.
+type countingTransport struct {
+	rt        http.RoundTripper
+	mutations *atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		c.mutations.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+func (c *countingTransport) WrappedRoundTripper() http.RoundTripper { return c.rt }
+
+// policyIs checks that every instance's breaker name runs p.
+func policyIs(ins []*instance, name string, p breaker.Policy) error {
+	if p.Mode == "" {
+		p.Mode = breaker.ModeEnforce
+	}
+	for _, in := range ins {
+		if got := in.reg.Get(name).Policy(); got != p {
+			return fmt.Errorf("pod %s: breaker %s runs %+v, want %+v", in.pod, name, got, p)
+		}
+	}
+	return nil
+}
+
+// memberIs checks the entry of pod in the CircuitBreaker name.
+func memberIs(ns, name, pod string, check func(resiliencev1alpha1.MemberStatus) error) error {
+	ms, err := members(ns, name)
+	if err != nil {
+		return err
+	}
+	m, ok := ms[pod]
+	if !ok {
+		return fmt.Errorf("%s: no entry for pod %s yet (have %d)", name, pod, len(ms))
+	}
+	if err := check(m); err != nil {
+		return fmt.Errorf("%s: pod %s: %w (entry %+v)", name, pod, err, m)
+	}
+	return nil
+}
+
+// wantEntry checks the state and config generation of an entry.
+func wantEntry(state resiliencev1alpha1.State, gen int64) func(resiliencev1alpha1.MemberStatus) error {
+	return func(m resiliencev1alpha1.MemberStatus) error {
+		if m.State != state || m.ConfigGeneration != gen {
+			return fmt.Errorf("state %s generation %d, want %s generation %d", m.State, m.ConfigGeneration, state, gen)
+		}
+		return nil
+	}
+}
