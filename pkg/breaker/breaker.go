@@ -140,6 +140,7 @@ type Breaker struct {
 	gen            uint64
 	since          int64 // unix ns at which state was reached; for Open, the open period's start
 	changed        bool  // some transition has happened (Adopt's staleness test needs it)
+	openedAt       int64 // unix ns at which the latest open period started
 	liveFailures   int64 // failures in the live bucket
 	prevCalls      int64 // the bucket before the live one
 	prevFailures   int64
@@ -545,6 +546,7 @@ func (b *Breaker) transition(to State, cause TransitionCause, c Counts, err erro
 	switch to {
 	case Open:
 		b.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
+		b.openedAt = at
 	case Closed:
 		b.openTally = Counts{}
 	}
@@ -708,12 +710,15 @@ func (b *Breaker) Verdict() Verdict {
 //     is already open, v.Since replaces the local start (and the state does not change). It
 //     goes half-open by itself OpenTimeout after v.Since, with its own local probe cap.
 //   - HalfOpen: from Open only, moves to half-open with v.HalfOpenSuccesses carried over.
-//   - Closed: from Open or HalfOpen, closes, clearing the window.
+//   - Closed: from Open or HalfOpen, closes, clearing the window, unless v.Since is
+//     earlier than the start of the local open period (a verdict about an older outage).
+//     A circuit that went half-open by its own timeout after the verdict was reached
+//     still closes: the verdict concluded this open period.
 //
-// A verdict from before the local state was reached (v.Since earlier than the local
-// transition) is stale and ignored, so a late or repeated delivery cannot undo a newer local
-// decision: a circuit that went half-open or closed by itself is not sent back to an open
-// period that already ended. Under ModeForcedOpen or ModeForcedClosed the mode wins and
+// An Open or HalfOpen verdict from before the local state was reached (v.Since earlier
+// than the local transition) is stale and ignored, so a late or repeated delivery cannot
+// undo a newer local decision: a circuit that went half-open or closed by itself is not
+// sent back to an open period that already ended. Under ModeForcedOpen or ModeForcedClosed the mode wins and
 // Adopt does nothing. An identical verdict is a no-op. A transition Adopt causes is
 // delivered to observers with Cause CauseAdopted, so that stores do not echo it back. A zero
 // v.Since means now.
@@ -740,7 +745,7 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 	case Open:
 		if b.state == Open {
 			if since != b.since {
-				b.since = since
+				b.since, b.openedAt = since, since
 				b.publish()
 			}
 			return false
@@ -757,7 +762,11 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		b.probeSuccesses = int64(max(v.HalfOpenSuccesses, 0))
 		b.probeCalls = b.probeSuccesses
 	case Closed:
-		if b.state == Closed || stale {
+		// A closed verdict ends every open period that started before it. It is
+		// judged against when this circuit opened, not when it went half-open:
+		// a pod whose own timeout moved it to half-open after the fleet closed
+		// would otherwise wait for traffic to learn what the fleet knows.
+		if b.state == Closed || b.changed && since < b.openedAt {
 			return false
 		}
 		b.transition(Closed, CauseAdopted, b.counts(now), nil, since, now, pend)

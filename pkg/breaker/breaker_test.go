@@ -766,6 +766,29 @@ func TestAdopt(t *testing.T) {
 			t.Fatal("Closed adopted while closed")
 		}
 	})
+	t.Run("Closed ends an open period that went half-open on its own", func(t *testing.T) {
+		// The fleet closed after this pod opened; this pod's own timeout then
+		// moved it to half-open before the verdict arrived. The verdict is about
+		// this open period, so it closes the circuit without a probe.
+		b, clock, _ := newTestBreaker(t, testPolicy())
+		opened := openIt(t, b, clock)
+		clock.Advance(30 * time.Second)
+		wantState(t, b, HalfOpen)
+		if !b.Adopt(Verdict{State: Closed, Since: opened.Add(29 * time.Second)}) {
+			t.Fatal("the fleet's Closed verdict did not close a half-open circuit")
+		}
+		wantState(t, b, Closed)
+	})
+	t.Run("Closed from before the open period is ignored", func(t *testing.T) {
+		b, clock, _ := newTestBreaker(t, testPolicy())
+		opened := openIt(t, b, clock)
+		clock.Advance(30 * time.Second)
+		wantState(t, b, HalfOpen)
+		if b.Adopt(Verdict{State: Closed, Since: opened.Add(-time.Second)}) {
+			t.Fatal("a verdict older than the open period closed it")
+		}
+		wantState(t, b, HalfOpen)
+	})
 	t.Run("a verdict older than the local state is ignored", func(t *testing.T) {
 		b, clock, _ := newTestBreaker(t, testPolicy())
 		opened := openIt(t, b, clock)

@@ -14,11 +14,12 @@ import (
 // as possible, single-threaded, with the window kept as a list of recorded outcomes tagged
 // with their bucket index instead of counters.
 type refModel struct {
-	p       Policy
-	state   State
-	gen     uint64
-	since   int64
-	changed bool
+	p        Policy
+	state    State
+	gen      uint64
+	since    int64
+	changed  bool
+	openedAt int64 // start of the latest open period
 
 	hi     int64 // index of the window's current bucket
 	events []refEvent
@@ -96,6 +97,7 @@ func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now int64) {
 	m.changed = true
 	if s == Open {
 		m.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
+		m.openedAt = at
 	} else if s == Closed {
 		m.openTally = Counts{}
 	}
@@ -207,7 +209,7 @@ func (m *refModel) adopt(v Verdict, now int64) bool {
 	switch v.State {
 	case Open:
 		if m.state == Open {
-			m.since = since
+			m.since, m.openedAt = since, since
 			return false
 		}
 		if stale {
@@ -222,7 +224,8 @@ func (m *refModel) adopt(v Verdict, now int64) bool {
 		m.probeSucc = int64(v.HalfOpenSuccesses)
 		m.probeCalls = m.probeSucc
 	case Closed:
-		if m.state == Closed || stale {
+		// Stale only against the open period it would end.
+		if m.state == Closed || m.changed && since < m.openedAt {
 			return false
 		}
 		m.to(Closed, CauseAdopted, m.counts(now), since, now)
