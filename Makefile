@@ -72,6 +72,10 @@ else
 	go run ./hack/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager
 endif
 
+.PHONY: demo
+demo: build envtest ## Run the end-to-end demo on a local control plane; it ends by itself within 90 s.
+	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
+
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).
 	docker build -t $(IMG) .

@@ -8,15 +8,12 @@ import (
 	"os"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -76,12 +73,7 @@ func run() error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	if err := (&controller.CircuitBreakerReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("fusebox-controller"),
-		Metrics:   controller.NewMetrics(metrics.Registry),
-	}).SetupWithManager(mgr); err != nil {
+	if err := controller.NewReconciler(mgr, controller.NewMetrics(metrics.Registry)).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up CircuitBreaker controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -100,15 +92,10 @@ func run() error {
 	return nil
 }
 
-// cacheOptions limits what the manager caches: only the namespaces it
-// watches, and of all ConfigMaps only the ones Fusebox publishes, so the
-// operator's memory does not grow with the cluster's ConfigMaps.
+// cacheOptions restricts the cache to the watched namespaces, and to what the
+// reconciler needs of each kind.
 func cacheOptions(namespaces string) cache.Options {
-	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{
-			resiliencev1alpha1.ManagedByLabel: resiliencev1alpha1.ManagedByValue,
-		})},
-	}}
+	opts := cache.Options{ByObject: controller.CacheByObject()}
 	for _, ns := range strings.Split(namespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			if opts.DefaultNamespaces == nil {

@@ -12,9 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -285,6 +287,28 @@ func planConfig(breakers []resiliencev1alpha1.CircuitBreaker, published map[stri
 		plan.outcomes = append(plan.outcomes, o)
 	}
 	return plan
+}
+
+// NewReconciler returns the reconciler wired to mgr's clients and event
+// recorder; metrics may be nil.
+func NewReconciler(mgr ctrl.Manager, metrics *Metrics) *CircuitBreakerReconciler {
+	return &CircuitBreakerReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder(FieldOwner),
+		Metrics:   metrics,
+	}
+}
+
+// CacheByObject limits what the manager caches for the reconciler: of all
+// ConfigMaps only the ones Fusebox publishes, so the operator's memory does not
+// grow with the cluster's ConfigMaps.
+func CacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{
+			resiliencev1alpha1.ManagedByLabel: resiliencev1alpha1.ManagedByValue,
+		})},
+	}
 }
 
 // SetupWithManager registers the reconciler: every CircuitBreaker event and

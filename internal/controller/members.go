@@ -91,12 +91,18 @@ func fleetVerdict(members []resiliencev1alpha1.MemberStatus) *breakerconfig.Verd
 }
 
 // opener is the open member whose report opened the breaker most recently, for
-// the CircuitOpened Event.
+// the CircuitOpened Event. Pods that adopted a fleet verdict report the same
+// time without evidence of their own, so among equals the one with evidence,
+// the pod that actually opened, is named.
 func opener(members []resiliencev1alpha1.MemberStatus) *resiliencev1alpha1.MemberStatus {
 	var latest *resiliencev1alpha1.MemberStatus
 	for i := range members {
 		m := &members[i]
-		if m.State == resiliencev1alpha1.StateOpen && (latest == nil || m.Since.After(latest.Since.Time)) {
+		if m.State != resiliencev1alpha1.StateOpen {
+			continue
+		}
+		if latest == nil || m.Since.After(latest.Since.Time) ||
+			m.Since.Equal(&latest.Since) && latest.Calls == nil && m.Calls != nil {
 			latest = m
 		}
 	}

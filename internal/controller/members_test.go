@@ -118,7 +118,8 @@ func TestOpenAndConfigAppliedConditions(t *testing.T) {
 func TestOpenedMessageNamesThePodAndTheEvidence(t *testing.T) {
 	m := member("web-7d9f", open, 0)
 	m.FailureRatePercent, m.Calls = ptr.To[int32](55), ptr.To[int64](40)
-	cb := &resiliencev1alpha1.CircuitBreaker{Status: resiliencev1alpha1.CircuitBreakerStatus{Members: []resiliencev1alpha1.MemberStatus{member("other", closed, 9), m}}}
+	adopted := member("adopted", open, 0) // same time, no evidence: it followed the fleet
+	cb := &resiliencev1alpha1.CircuitBreaker{Status: resiliencev1alpha1.CircuitBreakerStatus{Members: []resiliencev1alpha1.MemberStatus{adopted, member("other", closed, 9), m}}}
 	want := "Pod web-7d9f opened the circuit at 2026-11-29T12:00:00Z: 55% of 40 calls failed"
 	if got := openedMessage(cb); got != want {
 		t.Errorf("got %q\nwant %q", got, want)

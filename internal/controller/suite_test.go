@@ -7,8 +7,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -57,19 +55,10 @@ var _ = BeforeSuite(func() {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{
-				resiliencev1alpha1.ManagedByLabel: resiliencev1alpha1.ManagedByValue,
-			})},
-		}},
+		Cache:   cache.Options{ByObject: CacheByObject()},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	reconciler = &CircuitBreakerReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("fusebox-controller"),
-		Metrics:   NewMetrics(prometheus.NewRegistry()),
-	}
+	reconciler = NewReconciler(mgr, NewMetrics(prometheus.NewRegistry()))
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,141 @@
+// Package e2e runs the operator and in-process application instances together
+// against a real kube-apiserver (envtest): the loop of DESIGN.md §2, from
+// `kubectl apply` to every pod's breaker and from a pod's verdict back to the
+// CircuitBreaker's status, conditions and Events.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/controller"
+	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+)
+
+var (
+	cfg       *rest.Config
+	k8sClient client.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	log.SetLogger(logr.Discard())
+	env, err := testenv.New("../..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if cfg, err = env.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "start envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+
+	// The operator, wired as cmd/manager wires it.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   cache.Options{ByObject: controller.CacheByObject()},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := controller.NewReconciler(mgr, controller.NewMetrics(prometheus.NewRegistry())).SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	code := m.Run()
+	cancel()
+	<-stopped
+	return code
+}
+
+// instance is one application "pod": its own registry, wired by kube.Start.
+type instance struct {
+	pod   string
+	agent *kube.Agent
+}
+
+func (i *instance) breaker(name string) *breaker.Breaker { return i.agent.Registry().Get(name) }
+
+// startInstances creates n pods (objects only: envtest has no kubelet) and an
+// in-process instance for each, stopped at the end of the test.
+func startInstances(t testing.TB, ns string, n int) []*instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out []*instance
+	for i := range n {
+		pod := fmt.Sprintf("app-%d", i)
+		if err := k8sClient.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		agent, err := kube.StartAgent(ctx, kube.Options{
+			Config: cfg, Namespace: ns, Pod: pod,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, &instance{pod: pod, agent: agent})
+	}
+	t.Cleanup(func() {
+		cancel()
+		for _, i := range out {
+			<-i.agent.Done()
+		}
+	})
+	return out
+}
+
+func newNamespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+)
+
+// benchInstances is how many application instances the propagation benchmarks run.
+const benchInstances = 20
+
+// BenchmarkPropagation measures how long the loop of DESIGN.md §2 takes on a real
+// API server with 20 instances: a CircuitBreaker update until every instance runs
+// it, an instance's trip until the resource says Open=True, and a fleet verdict
+// until every instance is open. Each iteration is one sample; p50 and p99 are
+// reported in milliseconds. Run with -benchtime=50x (make bench-cluster).
+func BenchmarkPropagation(b *testing.B) {
+	b.Run("ConfigUpdateToAllInstances", func(b *testing.B) {
+		ns, cb, apps := benchSetup(b, resiliencev1alpha1.ScopePod)
+		samples := make([]time.Duration, 0, b.N)
+		for i := 0; b.Loop(); i++ {
+			percent := int32(10 + i%80)
+			patch := client.MergeFrom(cb.DeepCopy())
+			cb.Spec.FailureRatePercent = ptr.To(percent)
+			start := time.Now()
+			if err := k8sClient.Patch(context.Background(), cb, patch); err != nil {
+				b.Fatal(err)
+			}
+			want := float64(percent) / 100
+			waitUntil(b, func() bool {
+				for _, a := range apps {
+					if a.breaker(cb.Name).Policy().FailureRatio != want {
+						return false
+					}
+				}
+				return true
+			})
+			samples = append(samples, time.Since(start))
+		}
+		report(b, samples)
+		_ = ns
+	})
+
+	b.Run("TripToOpenCondition", func(b *testing.B) {
+		ns, cb, apps := benchSetup(b, resiliencev1alpha1.ScopePod)
+		samples := make([]time.Duration, 0, b.N)
+		for i := 0; b.Loop(); i++ {
+			br := apps[i%len(apps)].breaker(cb.Name)
+			start := time.Now()
+			br.Trip()
+			waitUntil(b, func() bool { return resourceState(ns, cb.Name, metav1.ConditionTrue) })
+			samples = append(samples, time.Since(start))
+
+			br.Adopt(breaker.Verdict{State: breaker.Closed, Since: time.Now()})
+			waitUntil(b, func() bool { return resourceState(ns, cb.Name, metav1.ConditionFalse) })
+		}
+		report(b, samples)
+	})
+
+	b.Run("FleetVerdictToAllInstances", func(b *testing.B) {
+		ns, cb, apps := benchSetup(b, resiliencev1alpha1.ScopeFleet)
+		samples := make([]time.Duration, 0, b.N)
+		all := func(s breaker.State) func() bool {
+			return func() bool {
+				for _, a := range apps {
+					if a.breaker(cb.Name).State() != s {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		for i := 0; b.Loop(); i++ {
+			br := apps[i%len(apps)].breaker(cb.Name)
+			start := time.Now()
+			br.Trip()
+			waitUntil(b, all(breaker.Open))
+			samples = append(samples, time.Since(start))
+
+			br.Adopt(breaker.Verdict{State: breaker.Closed, Since: time.Now()})
+			waitUntil(b, all(breaker.Closed))
+			waitUntil(b, func() bool { return resourceState(ns, cb.Name, metav1.ConditionFalse) })
+		}
+		report(b, samples)
+	})
+}
+
+// benchSetup creates a breaker whose open period outlasts the benchmark, so
+// nothing goes half-open on its own, and instances that all report it.
+func benchSetup(b *testing.B, scope resiliencev1alpha1.Scope) (string, *resiliencev1alpha1.CircuitBreaker, []*instance) {
+	b.Helper()
+	ns := newNamespace(b)
+	cb := &resiliencev1alpha1.CircuitBreaker{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"},
+		Spec: resiliencev1alpha1.CircuitBreakerSpec{
+			OpenTimeout: &metav1.Duration{Duration: time.Hour},
+			Scope:       scope,
+		},
+	}
+	if err := k8sClient.Create(context.Background(), cb); err != nil {
+		b.Fatal(err)
+	}
+	apps := startInstances(b, ns, benchInstances)
+	for _, a := range apps {
+		a.breaker(cb.Name)
+	}
+	waitUntil(b, func() bool {
+		got, err := getBreaker(ns, cb.Name)
+		return err == nil && got.Status.MemberCounts != nil && got.Status.MemberCounts.Reporting == benchInstances &&
+			got.Status.MemberCounts.OnLatestConfig == benchInstances
+	})
+	return ns, cb, apps
+}
+
+// resourceState reports whether the resource's Open condition has status.
+func resourceState(ns, name string, open metav1.ConditionStatus) bool {
+	cb, err := getBreaker(ns, name)
+	return err == nil && hasCondition(cb, resiliencev1alpha1.ConditionOpen, open) == nil
+}
+
+func waitUntil(b *testing.B, cond func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatal("condition not reached within 30s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func report(b *testing.B, samples []time.Duration) {
+	b.Helper()
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	pct := func(p float64) time.Duration { return samples[min(len(samples)-1, int(p*float64(len(samples))))] }
+	b.ReportMetric(float64(pct(0.50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(pct(0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(samples[len(samples)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(float64(len(samples)), "samples")
+	fmt.Printf("%s: %d samples, p50 %s, p99 %s\n", b.Name(), len(samples), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond))
+}
