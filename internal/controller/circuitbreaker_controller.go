@@ -33,12 +33,30 @@ import (
 // older than the stored one.
 var errStale = errors.New("computed from a stale object")
 
+// Client-side rate limits of the manager. Every pod report reconciles its
+// namespace, and each reconcile may patch a status, so a fleet's reports after
+// one config change or one fleet verdict arrive as a burst; at client-go's
+// defaults (20 QPS, burst 30) the next ConfigMap write then waited in the
+// limiter for up to seconds (measured with 20 instances, docs/benchmarks.md).
+// The API server's own priority and fairness still protects it.
+const (
+	DefaultQPS   = 100
+	DefaultBurst = 200
+)
+
 // FieldOwner is the field manager of every write the controller makes.
 const FieldOwner = "fusebox-controller"
 
 // CircuitBreakerReconciler publishes the CircuitBreakers of a namespace into its
 // fusebox-breakers ConfigMap and reports on them. Requests are keyed by the
 // ConfigMap (namespace/fusebox-breakers), whatever object triggered them.
+//
+// It runs as two controllers with queues of their own, one that publishes and
+// one that writes status. Every pod report starts a status write, and a status
+// write on an object that many pods also write costs the API server tens to
+// hundreds of milliseconds when the pods are busy writing it too; with one
+// queue, a spec change or a fleet verdict waited behind them. Publishing only
+// reads and writes the ConfigMap.
 type CircuitBreakerReconciler struct {
 	client.Client
 	// APIReader reads around the cache, which holds only ConfigMaps labelled as
@@ -55,12 +73,48 @@ type CircuitBreakerReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
-// Reconcile renders every CircuitBreaker of the request's namespace, publishes
-// the result in the namespace's ConfigMap and updates each breaker's status.
-// It writes nothing when nothing changed.
+// Reconcile is one full pass over the request's namespace, what the two
+// controllers do between them: publish, then report.
 func (r *CircuitBreakerReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
+	if _, err := r.ReconcileConfig(ctx, req); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.ReconcileStatus(ctx, req)
+}
 
+// ReconcileConfig renders every CircuitBreaker of the request's namespace and
+// publishes the result in the namespace's ConfigMap. It writes nothing when
+// nothing changed.
+func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var breakers resiliencev1alpha1.CircuitBreakerList
+	if err := r.List(ctx, &breakers, client.InNamespace(req.Namespace)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list CircuitBreakers: %w", err)
+	}
+	cm, err := r.getConfigMap(ctx, req.Namespace, len(breakers.Items) > 0)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	plan := planConfig(breakers.Items, cm)
+	if err := r.publish(ctx, req.Namespace, cm, plan.data); err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, o := range plan.outcomes {
+		switch {
+		case o.err != nil:
+			log.Error(o.err, "CircuitBreaker cannot be rendered; its last published config stays", "circuitBreaker", o.breaker.Name)
+		case o.changed:
+			r.Recorder.Eventf(o.breaker, nil, corev1.EventTypeNormal, resiliencev1alpha1.ReasonConfigPublished, "Publish",
+				"Published generation %d in ConfigMap %s", o.breaker.Generation, resiliencev1alpha1.ConfigMapName)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// ReconcileStatus prunes the reports of pods that are gone and updates every
+// breaker's status from what is published and what its pods report. It writes
+// nothing when nothing changed.
+func (r *CircuitBreakerReconciler) ReconcileStatus(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	var breakers resiliencev1alpha1.CircuitBreakerList
 	if err := r.List(ctx, &breakers, client.InNamespace(req.Namespace)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list CircuitBreakers: %w", err)
@@ -76,22 +130,7 @@ func (r *CircuitBreakerReconciler) Reconcile(ctx context.Context, req reconcile.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
-	published := map[string]string{}
-	if cm != nil {
-		published = cm.Data
-	}
-	plan := planConfig(breakers.Items, published)
-	for _, o := range plan.outcomes {
-		if o.err != nil {
-			log.Error(o.err, "CircuitBreaker cannot be rendered; its last published config stays", "circuitBreaker", o.breaker.Name)
-		}
-	}
-
-	if err := r.publish(ctx, req.Namespace, cm, plan.data); err != nil {
-		return ctrl.Result{}, err
-	}
-	for _, o := range plan.outcomes {
+	for _, o := range planConfig(breakers.Items, cm).outcomes {
 		if err := r.updateStatus(ctx, o); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -166,14 +205,18 @@ func (r *CircuitBreakerReconciler) publish(ctx context.Context, namespace string
 }
 
 // updateStatus patches one breaker's status when it changed, and records the
-// Events its change means.
+// Events its change means. Ready and observedGeneration move to a generation
+// only once its config is in the ConfigMap; the ConfigMap's own update starts
+// the reconcile that moves them.
 func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome) error {
 	cb := o.breaker
 	desired := cb.DeepCopy()
-	desired.Status.ObservedGeneration = cb.Generation
 	desired.Status.ConfigMapName = resiliencev1alpha1.ConfigMapName
 	desired.Status.State, desired.Status.MemberCounts = aggregate(desired)
-	setReadyCondition(desired, o.err)
+	if o.err != nil || !o.changed {
+		desired.Status.ObservedGeneration = cb.Generation
+		setReadyCondition(desired, o.err)
+	}
 	setOpenCondition(desired)
 	setConfigAppliedCondition(desired)
 	stampObservedGeneration(desired)
@@ -202,13 +245,9 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome) 
 // a reconcile that changes nothing records nothing, and a restarted controller
 // does not repeat them.
 func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.CircuitBreaker, o outcome) {
-	switch {
-	case o.err != nil && !sameCondition(cb, desired, resiliencev1alpha1.ConditionReady):
+	if o.err != nil && !sameCondition(cb, desired, resiliencev1alpha1.ConditionReady) {
 		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.ReasonConfigInvalid, "Render",
 			"Not published, the last good config stays: %v", o.err)
-	case o.changed:
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.ReasonConfigPublished, "Publish",
-			"Published generation %d in ConfigMap %s", cb.Generation, resiliencev1alpha1.ConfigMapName)
 	}
 
 	if from, to := cb.Status.State, desired.Status.State; from != to {
@@ -247,7 +286,7 @@ func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.
 type outcome struct {
 	breaker *resiliencev1alpha1.CircuitBreaker
 	err     error // why it could not be rendered, if it could not
-	changed bool  // its published config changed
+	changed bool  // its rendered config differs from the published one
 }
 
 // configPlan is the ConfigMap data a namespace should have, and what that
@@ -260,7 +299,11 @@ type configPlan struct {
 // planConfig renders every live breaker. A breaker that cannot be rendered keeps
 // whatever was published for it before, so one bad object never takes a good
 // config away from the pods; keys that belong to no breaker are dropped.
-func planConfig(breakers []resiliencev1alpha1.CircuitBreaker, published map[string]string) configPlan {
+func planConfig(breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigMap) configPlan {
+	var published map[string]string
+	if cm != nil {
+		published = cm.Data
+	}
 	plan := configPlan{data: map[string]string{}}
 	for i := range breakers {
 		cb := &breakers[i]
@@ -311,8 +354,9 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
-// SetupWithManager registers the reconciler: every CircuitBreaker event and
-// every event of a fusebox-breakers ConfigMap reconciles its namespace.
+// SetupWithManager registers the two controllers. Every CircuitBreaker event
+// and every event of a fusebox-breakers ConfigMap reconciles its namespace in
+// both; pod deletions reconcile its status, to prune their reports.
 func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{
@@ -328,13 +372,20 @@ func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("circuitbreaker-config").
+		Watches(&resiliencev1alpha1.CircuitBreaker{}, toNamespace).
+		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isPublished)).
+		Complete(reconcile.Func(r.ReconcileConfig)); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("circuitbreaker").
+		Named("circuitbreaker-status").
 		Watches(&resiliencev1alpha1.CircuitBreaker{}, toNamespace).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isPublished)).
 		// Only deletions matter, to prune their reports; metadata is enough.
 		Watches(&corev1.Pod{}, toNamespace, builder.OnlyMetadata, builder.WithPredicates(podDeleted)).
-		Complete(r)
+		Complete(reconcile.Func(r.ReconcileStatus))
 }
 
 // pruneMembers removes the entries of pods that no longer exist, so a scaled-down

@@ -28,10 +28,11 @@ func setReadyCondition(cb *resiliencev1alpha1.CircuitBreaker, renderErr error) {
 	})
 }
 
-// stampObservedGeneration marks every condition as describing the current generation.
+// stampObservedGeneration marks every condition as describing the generation
+// the status observed.
 func stampObservedGeneration(cb *resiliencev1alpha1.CircuitBreaker) {
 	for i := range cb.Status.Conditions {
-		cb.Status.Conditions[i].ObservedGeneration = cb.Generation
+		cb.Status.Conditions[i].ObservedGeneration = cb.Status.ObservedGeneration
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -121,11 +122,11 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 	good := resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "good", Generation: 1}}
 	bad := resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bad", Generation: 2},
 		Spec: resiliencev1alpha1.CircuitBreakerSpec{Mode: "Sometimes"}}
-	plan := planConfig([]resiliencev1alpha1.CircuitBreaker{good, bad}, map[string]string{
+	plan := planConfig([]resiliencev1alpha1.CircuitBreaker{good, bad}, &corev1.ConfigMap{Data: map[string]string{
 		"bad.json":   `{"the":"last good"}`,
 		"stray.json": "{}",
 		"notes.txt":  "hand-written",
-	})
+	}})
 	if _, ok := plan.data["good.json"]; !ok {
 		t.Error("good breaker not published")
 	}
@@ -145,6 +146,7 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 
 func TestSetReadyCondition(t *testing.T) {
 	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
+	cb.Status.ObservedGeneration = 4
 	setReadyCondition(cb, nil)
 	stampObservedGeneration(cb)
 	c := cb.Status.Conditions[0]

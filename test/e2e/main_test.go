@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
@@ -38,12 +41,20 @@ var (
 	k8sClient client.Client
 )
 
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	log.SetLogger(logr.Discard())
+	if os.Getenv("E2E_LOG") != "" {
+		log.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		log.SetLogger(logr.Discard())
+	}
 	env, err := testenv.New("../..")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -64,7 +75,21 @@ func run(m *testing.M) int {
 	}
 
 	// The operator, wired as cmd/manager wires it.
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.QPS, mgrCfg.Burst = controller.DefaultQPS, controller.DefaultBurst
+	if os.Getenv("E2E_TRACE") != "" {
+		mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				t := time.Now()
+				resp, err := rt.RoundTrip(r)
+				if r.URL.Query().Get("watch") != "true" {
+					fmt.Fprintf(os.Stderr, "TRACE %s %s %s %s\n", t.Format("15:04:05.000"), time.Since(t).Round(time.Millisecond), r.Method, r.URL.Path)
+				}
+				return resp, err
+			})
+		}
+	}
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:   cache.Options{ByObject: controller.CacheByObject()},
