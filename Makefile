@@ -29,8 +29,8 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRD and RBAC manifests from the Go markers.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./internal/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from the Go markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/...;./internal/...;./pkg/webhook/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: generate
 generate: controller-gen ## Generate the DeepCopy methods of the API types.
@@ -57,6 +57,10 @@ test: manifests generate fmt vet envtest kustomize ## Run every test (envtest su
 .PHONY: bench
 bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
 	cd bench && go test -run '^$$' -bench . -benchmem -count 5 ./...
+
+.PHONY: bench-cluster
+bench-cluster: envtest ## Measure config and verdict propagation with 20 instances on envtest (p50/p99).
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^$$' -bench Propagation -benchtime 50x ./test/e2e
 
 ##@ Build
 

@@ -21,6 +21,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/controller"
+	fuseboxwebhook "github.com/fusebox-dev/fusebox/pkg/webhook"
 )
 
 func main() {
@@ -37,6 +38,8 @@ func run() error {
 		leaderElect   bool
 		leaderElectNS string
 		namespaces    string
+		qps           float64
+		burst         int
 	)
 	_, inCluster := os.LookupEnv("KUBERNETES_SERVICE_HOST")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
@@ -44,6 +47,10 @@ func run() error {
 	flag.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so only one replica reconciles (default: on when running in a cluster).")
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch (default: all).")
+	flag.Float64Var(&qps, "kube-api-qps", controller.DefaultQPS, "Requests per second the manager may send the API server.")
+	flag.IntVar(&burst, "kube-api-burst", controller.DefaultBurst, "Requests the manager may send the API server in a burst.")
+	webhookOpts := fuseboxwebhook.DefaultOptions()
+	webhookOpts.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -59,6 +66,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
@@ -68,6 +76,7 @@ func run() error {
 		LeaderElectionNamespace:       leaderElectNS,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(namespaces),
+		WebhookServer:                 webhookOpts.NewServer(),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -75,6 +84,9 @@ func run() error {
 
 	if err := controller.NewReconciler(mgr, controller.NewMetrics(metrics.Registry)).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up CircuitBreaker controller: %w", err)
+	}
+	if err := fuseboxwebhook.Setup(mgr, webhookOpts); err != nil {
+		return fmt.Errorf("set up webhooks: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fusebox-dev/fusebox/internal/localcluster"
@@ -39,7 +40,7 @@ func run() error {
 	defer stop()
 
 	started := time.Now()
-	cluster, err := localcluster.Start(".", *kubeconfig)
+	cluster, err := localcluster.StartWithWebhooks(".", *kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -51,19 +52,7 @@ func run() error {
 	}()
 	fmt.Fprintf(os.Stderr, "localcluster: control plane up in %s at %s\n", time.Since(started).Round(time.Millisecond), cluster.Config.Host)
 
-	if *samples != "" {
-		cl, err := client.New(cluster.Config, client.Options{Scheme: runtime.NewScheme()})
-		if err != nil {
-			return err
-		}
-		applied, err := localcluster.Apply(ctx, cl, *samples)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "localcluster: applied %v\n", applied)
-	}
-
-	cmd := exec.Command(*manager, managerArgs...)
+	cmd := exec.Command(*manager, append(cluster.WebhookArgs(), managerArgs...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -71,6 +60,29 @@ func run() error {
 	}
 	fmt.Fprintf(os.Stderr, "\nlocalcluster: Fusebox is running. From another terminal:\n\n"+
 		"    export KUBECONFIG=%s\n    kubectl get cb -A\n\nCtrl-C stops the manager and the control plane.\n\n", cluster.Kubeconfig)
+
+	// The samples go in once the manager serves its webhooks: the
+	// CircuitBreaker validating webhook fails closed, so until then the API
+	// server refuses them.
+	if *samples != "" {
+		go func() {
+			cl, err := client.New(cluster.Config, client.Options{Scheme: runtime.NewScheme()})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "localcluster: samples:", err)
+				return
+			}
+			var applied []string
+			var applyErr error
+			if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				applied, applyErr = localcluster.Apply(ctx, cl, *samples)
+				return applyErr == nil, nil
+			}); err != nil {
+				fmt.Fprintf(os.Stderr, "localcluster: could not apply %s: %v\n", *samples, applyErr)
+				return
+			}
+			fmt.Fprintf(os.Stderr, "localcluster: applied %v\n", applied)
+		}()
+	}
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,9 +34,26 @@ type Cluster struct {
 // Start starts the control plane, installs the CRDs found under repoRoot and
 // writes an administrator kubeconfig to kubeconfigPath.
 func Start(repoRoot, kubeconfigPath string) (*Cluster, error) {
+	return start(repoRoot, kubeconfigPath, false)
+}
+
+// StartWithWebhooks is Start, plus Fusebox's webhook configurations
+// (config/webhook/manifests.yaml) pointing at a local port, with a CA and
+// serving certificate of envtest's own. Run the manager with WebhookArgs to
+// serve them; until it does, creating a CircuitBreaker is refused.
+func StartWithWebhooks(repoRoot, kubeconfigPath string) (*Cluster, error) {
+	return start(repoRoot, kubeconfigPath, true)
+}
+
+func start(repoRoot, kubeconfigPath string, webhooks bool) (*Cluster, error) {
 	env, err := testenv.New(repoRoot)
 	if err != nil {
 		return nil, err
+	}
+	if webhooks {
+		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
+			Paths: []string{filepath.Join(repoRoot, "config", "webhook", "manifests.yaml")},
+		}
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -70,6 +88,21 @@ func (c *Cluster) writeKubeconfig(path string) error {
 	}
 	c.Kubeconfig = abs
 	return nil
+}
+
+// WebhookArgs are the manager flags that serve the webhooks StartWithWebhooks
+// installed; none after Start.
+func (c *Cluster) WebhookArgs() []string {
+	o := c.env.WebhookInstallOptions
+	if o.LocalServingPort == 0 {
+		return nil
+	}
+	return []string{
+		"--webhook-cert-mode=external",
+		"--webhook-host=" + o.LocalServingHost,
+		"--webhook-port=" + strconv.Itoa(o.LocalServingPort),
+		"--webhook-cert-dir=" + o.LocalServingCertDir,
+	}
 }
 
 // Stop stops the control plane; everything in it is gone.

@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -116,6 +118,29 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	}
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("probes: liveness %+v readiness %+v", c.LivenessProbe, c.ReadinessProbe)
+	}
+}
+
+func TestDefaultServesTheWebhooks(t *testing.T) {
+	objs := kustomizeBuild(t, "config/default")
+	var mutating admissionregistrationv1.MutatingWebhookConfiguration
+	find(t, objs, "MutatingWebhookConfiguration", "fusebox-mutating-webhook-configuration", &mutating)
+	for _, w := range mutating.Webhooks {
+		if w.ClientConfig.Service == nil || w.ClientConfig.Service.Name != "fusebox-webhook-service" || w.ClientConfig.Service.Namespace != "fusebox-system" {
+			t.Errorf("webhook %s calls %+v, want the fusebox-system/fusebox-webhook-service", w.Name, w.ClientConfig.Service)
+		}
+		if w.Rules[0].Resources[0] == "pods" && (w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore) {
+			t.Errorf("pod webhook %s: failurePolicy %v; Fusebox must never stop a pod from starting", w.Name, w.FailurePolicy)
+		}
+	}
+	var validating admissionregistrationv1.ValidatingWebhookConfiguration
+	find(t, objs, "ValidatingWebhookConfiguration", "fusebox-validating-webhook-configuration", &validating)
+	var svc corev1.Service
+	find(t, objs, "Service", "fusebox-webhook-service", &svc)
+	var dep appsv1.Deployment
+	find(t, objs, "Deployment", "fusebox-controller-manager", &dep)
+	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--webhook-cert-mode=self-signed") {
+		t.Errorf("manager args %q: the default deployment issues its own certificate", args)
 	}
 }
 

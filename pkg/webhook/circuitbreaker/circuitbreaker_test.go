@@ -1,0 +1,186 @@
+package circuitbreaker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+func dur(s string) *metav1.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return &metav1.Duration{Duration: d}
+}
+
+func TestDefaultFillsEveryUnsetField(t *testing.T) {
+	cb := &resiliencev1alpha1.CircuitBreaker{}
+	if err := (Defaulter{}).Default(context.Background(), cb); err != nil {
+		t.Fatal(err)
+	}
+	s := cb.Spec
+	if s.OpenTimeout.Duration != 30*time.Second || s.Window.Duration != 10*time.Second ||
+		*s.FailureRatePercent != 50 || *s.MinimumThroughput != 20 || *s.SuccessThreshold != 2 ||
+		*s.HalfOpenPermittedCalls != 1 || s.Mode != resiliencev1alpha1.ModeEnforce || s.Scope != resiliencev1alpha1.ScopePod {
+		t.Errorf("defaults: %+v", s)
+	}
+}
+
+func TestDefaultKeepsWhatIsSet(t *testing.T) {
+	set := resiliencev1alpha1.CircuitBreakerSpec{
+		OpenTimeout: dur("1m"), Window: dur("5s"), FailureRatePercent: ptr.To[int32](10),
+		MinimumThroughput: ptr.To[int32](100), SuccessThreshold: ptr.To[int32](5),
+		HalfOpenPermittedCalls: ptr.To[int32](3), Mode: resiliencev1alpha1.ModeMetricsOnly, Scope: resiliencev1alpha1.ScopeFleet,
+	}
+	cb := &resiliencev1alpha1.CircuitBreaker{Spec: *set.DeepCopy()}
+	if err := (Defaulter{}).Default(context.Background(), cb); err != nil {
+		t.Fatal(err)
+	}
+	if cb.Spec.OpenTimeout.Duration != time.Minute || *cb.Spec.MinimumThroughput != 100 || cb.Spec.Mode != resiliencev1alpha1.ModeMetricsOnly || cb.Spec.Scope != resiliencev1alpha1.ScopeFleet {
+		t.Errorf("defaulting changed set fields: %+v", cb.Spec)
+	}
+}
+
+// causes returns "field: detail" for each cause of an Invalid error.
+func causes(t *testing.T, err error) []string {
+	t.Helper()
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid API error, got %v", err)
+	}
+	var out []string
+	for _, c := range status.Status().Details.Causes {
+		out = append(out, c.Field)
+	}
+	return out
+}
+
+func TestValidateCreateRefuses(t *testing.T) {
+	long := strings.Repeat("a", MaxNameLength+1)
+	for _, tc := range []struct {
+		name   string
+		cb     resiliencev1alpha1.CircuitBreaker
+		fields []string
+	}{
+		{"name too long for its ConfigMap key", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: long}}, []string{"metadata.name"}},
+		{"openTimeout below a millisecond", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("1.0000001s")}}, []string{"spec.openTimeout"}},
+		{"both durations", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("2s500us"), Window: dur("10s1ns")}}, []string{"spec.openTimeout", "spec.window"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := (Validator{}).ValidateCreate(context.Background(), &tc.cb)
+			got := causes(t, err)
+			if strings.Join(got, ",") != strings.Join(tc.fields, ",") {
+				t.Errorf("fields %v, want %v (%v)", got, tc.fields, err)
+			}
+		})
+	}
+}
+
+func TestValidateCreateAccepts(t *testing.T) {
+	for _, cb := range []resiliencev1alpha1.CircuitBreaker{
+		{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", MaxNameLength)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("1.5s"), Window: dur("1m0.001s")}},
+		{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}},
+	} {
+		if _, err := (Validator{}).ValidateCreate(context.Background(), &cb); err != nil {
+			t.Errorf("%s: %v", cb.Name, err)
+		}
+	}
+}
+
+// An object stored before a rule existed stays updatable: only changed fields
+// are judged, and nothing is judged on the way out.
+func TestValidateUpdateRatchets(t *testing.T) {
+	old := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 250)},
+		Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("1.0000001s")}}
+	unchanged := old.DeepCopy()
+	unchanged.Labels = map[string]string{"team": "payments"}
+	if _, err := (Validator{}).ValidateUpdate(context.Background(), old, unchanged); err != nil {
+		t.Errorf("update that keeps the offending values: %v", err)
+	}
+	changed := old.DeepCopy()
+	changed.Spec.OpenTimeout = dur("2.0000001s")
+	if got := causes(t, func() error { _, err := (Validator{}).ValidateUpdate(context.Background(), old, changed); return err }()); len(got) != 1 || got[0] != "spec.openTimeout" {
+		t.Errorf("changed field: %v", got)
+	}
+	deleting := changed.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if w, err := (Validator{}).ValidateUpdate(context.Background(), old, deleting); err != nil || w != nil {
+		t.Errorf("update of an object being deleted: %v %v", w, err)
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	const (
+		thin1   = "spec.minimumThroughput is 1: the failure rate is judged on as few as 1 call, so a single failure can open the circuit; 5 or more is recommended"
+		thin4   = "spec.minimumThroughput is 4: the failure rate is judged on as few as 4 calls, so 2 failures can open the circuit; 5 or more is recommended"
+		rest    = "spec.openTimeout (5s) is shorter than spec.window (10s): the circuit rests for less time than it takes to measure a failure rate, so a struggling dependency gets little relief between probes"
+		probes  = "spec.halfOpenPermittedCalls (30) is above spec.minimumThroughput (20): a half-open circuit lets more probe calls at a time reach a dependency that just failed than a closed circuit needs to judge it"
+		openBy  = "spec.mode is ForcedOpen but the annotations fusebox.dev/forced-by and fusebox.dev/forced-reason are not set: record who forced the circuit and why, so that it is not left open after the incident"
+		openWhy = "spec.mode is ForcedOpen but the annotation fusebox.dev/forced-reason is not set: record who forced the circuit and why, so that it is not left open after the incident"
+		closed  = "spec.mode is ForcedClosed but the annotation fusebox.dev/forced-by is not set: record who forced the circuit and why, so that it is not left closed after the incident"
+	)
+	for _, tc := range []struct {
+		name        string
+		spec        resiliencev1alpha1.CircuitBreakerSpec
+		annotations map[string]string
+		want        []string
+	}{
+		{"defaults", resiliencev1alpha1.CircuitBreakerSpec{}, nil, nil},
+		{"minimumThroughput 5 is fine", resiliencev1alpha1.CircuitBreakerSpec{MinimumThroughput: ptr.To[int32](5)}, nil, nil},
+		{"minimumThroughput 1", resiliencev1alpha1.CircuitBreakerSpec{MinimumThroughput: ptr.To[int32](1)}, nil, []string{thin1}},
+		{"minimumThroughput 4 at 50%", resiliencev1alpha1.CircuitBreakerSpec{MinimumThroughput: ptr.To[int32](4)}, nil, []string{thin4}},
+		{"openTimeout under window", resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("5s")}, nil, []string{rest}},
+		{"openTimeout equal to window", resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("10s")}, nil, nil},
+		{"more probes than throughput", resiliencev1alpha1.CircuitBreakerSpec{HalfOpenPermittedCalls: ptr.To[int32](30)}, nil, []string{probes}},
+		{"ForcedOpen unexplained", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedOpen}, nil, []string{openBy}},
+		{"ForcedOpen with a blank reason", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedOpen},
+			map[string]string{AnnotationForcedBy: "alice", AnnotationForcedReason: "  "}, []string{openWhy}},
+		{"ForcedOpen explained", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedOpen},
+			map[string]string{AnnotationForcedBy: "alice", AnnotationForcedReason: "INC-1"}, nil},
+		{"ForcedClosed without who", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedClosed},
+			map[string]string{AnnotationForcedReason: "INC-1"}, []string{closed}},
+		{"everything at once", resiliencev1alpha1.CircuitBreakerSpec{MinimumThroughput: ptr.To[int32](1), OpenTimeout: dur("5s"),
+			HalfOpenPermittedCalls: ptr.To[int32](30), Mode: resiliencev1alpha1.ModeForcedOpen}, nil,
+			[]string{thin1, rest, "spec.halfOpenPermittedCalls (30) is above spec.minimumThroughput (1): a half-open circuit lets more probe calls at a time reach a dependency that just failed than a closed circuit needs to judge it", openBy}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: tc.annotations}, Spec: tc.spec}
+			got := Warnings(cb)
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("warnings:\n%q\nwant:\n%q", got, tc.want)
+			}
+			for _, w := range got {
+				// The API server may truncate longer ones.
+				if len(w) > 256 {
+					t.Errorf("warning over 256 characters (%d): %s", len(w), w)
+				}
+			}
+			if _, err := (Validator{}).ValidateCreate(context.Background(), cb); err != nil {
+				t.Errorf("risky but legal object refused: %v", err)
+			}
+		})
+	}
+}
+
+func TestFailuresToOpen(t *testing.T) {
+	for _, tc := range []struct {
+		min, rate int32
+		want      string
+	}{{1, 50, "a single failure"}, {1, 100, "a single failure"}, {2, 50, "a single failure"}, {3, 50, "2 failures"}, {4, 100, "4 failures"}, {4, 1, "a single failure"}} {
+		if got := failuresToOpen(tc.min, tc.rate); got != tc.want {
+			t.Errorf("failuresToOpen(%d, %d) = %q, want %q", tc.min, tc.rate, got, tc.want)
+		}
+	}
+}

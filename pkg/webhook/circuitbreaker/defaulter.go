@@ -1,0 +1,73 @@
+package circuitbreaker
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// Parsed once: the v1alpha1 constants are strings because the CRD defaults are.
+var (
+	defaultOpenTimeout = mustParseDuration(resiliencev1alpha1.DefaultOpenTimeout)
+	defaultWindow      = mustParseDuration(resiliencev1alpha1.DefaultWindow)
+)
+
+func mustParseDuration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic("v1alpha1 default " + s + " is not a duration: " + err.Error())
+	}
+	return d
+}
+
+// Defaulter fills in the unset fields of a CircuitBreaker's spec with their
+// documented defaults. It never changes a field that is set.
+type Defaulter struct{}
+
+var _ admission.Defaulter[*resiliencev1alpha1.CircuitBreaker] = Defaulter{}
+
+// Default implements admission.Defaulter.
+func (Defaulter) Default(_ context.Context, cb *resiliencev1alpha1.CircuitBreaker) error {
+	SetDefaults(&cb.Spec)
+	return nil
+}
+
+// SetDefaults sets every unset field of s to its v1alpha1 default.
+func SetDefaults(s *resiliencev1alpha1.CircuitBreakerSpec) {
+	if s.OpenTimeout == nil {
+		s.OpenTimeout = &metav1.Duration{Duration: defaultOpenTimeout}
+	}
+	if s.Window == nil {
+		s.Window = &metav1.Duration{Duration: defaultWindow}
+	}
+	if s.FailureRatePercent == nil {
+		s.FailureRatePercent = ptr.To[int32](resiliencev1alpha1.DefaultFailureRatePercent)
+	}
+	if s.MinimumThroughput == nil {
+		s.MinimumThroughput = ptr.To[int32](resiliencev1alpha1.DefaultMinimumThroughput)
+	}
+	if s.SuccessThreshold == nil {
+		s.SuccessThreshold = ptr.To[int32](resiliencev1alpha1.DefaultSuccessThreshold)
+	}
+	if s.HalfOpenPermittedCalls == nil {
+		s.HalfOpenPermittedCalls = ptr.To[int32](resiliencev1alpha1.DefaultHalfOpenPermittedCalls)
+	}
+	if s.Mode == "" {
+		s.Mode = resiliencev1alpha1.ModeEnforce
+	}
+	if s.Scope == "" {
+		s.Scope = resiliencev1alpha1.ScopePod
+	}
+}
+
+// effective returns s with its defaults, leaving s alone: what the breaker runs.
+func effective(s resiliencev1alpha1.CircuitBreakerSpec) resiliencev1alpha1.CircuitBreakerSpec {
+	s = *s.DeepCopy()
+	SetDefaults(&s)
+	return s
+}

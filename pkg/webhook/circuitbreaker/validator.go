@@ -1,0 +1,118 @@
+package circuitbreaker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// configKeySuffix ends the ConfigMap key under which a breaker is published
+// (DESIGN §1: fusebox-breakers/<name>.json).
+const configKeySuffix = ".json"
+
+// MaxNameLength is the longest CircuitBreaker name whose ConfigMap key
+// <name>.json is still a valid key (at most 253 characters).
+const MaxNameLength = validation.DNS1123SubdomainMaxLength - len(configKeySuffix)
+
+// Validator refuses CircuitBreakers that the schema and CEL let through but
+// that cannot be published or run as written, and warns about risky ones.
+type Validator struct{}
+
+var _ admission.Validator[*resiliencev1alpha1.CircuitBreaker] = Validator{}
+
+// ValidateCreate implements admission.Validator.
+func (Validator) ValidateCreate(_ context.Context, cb *resiliencev1alpha1.CircuitBreaker) (admission.Warnings, error) {
+	errs := validateName(cb.Name)
+	errs = append(errs, validateSpec(&cb.Spec, nil, field.NewPath("spec"))...)
+	return Warnings(cb), invalid(cb, errs)
+}
+
+// ValidateUpdate implements admission.Validator. Names are immutable, so only
+// the spec is judged, and only in the fields the update changes.
+func (Validator) ValidateUpdate(_ context.Context, old, cb *resiliencev1alpha1.CircuitBreaker) (admission.Warnings, error) {
+	if cb.DeletionTimestamp != nil {
+		// The object is on its way out (this is a finalizer being removed, say):
+		// judging or warning about it helps no one.
+		return nil, nil
+	}
+	errs := validateSpec(&cb.Spec, &old.Spec, field.NewPath("spec"))
+	return Warnings(cb), invalid(cb, errs)
+}
+
+// ValidateDelete implements admission.Validator; deleting is always allowed.
+// (The webhook is not registered for deletes; this completes the interface.)
+func (Validator) ValidateDelete(context.Context, *resiliencev1alpha1.CircuitBreaker) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func invalid(cb *resiliencev1alpha1.CircuitBreaker, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker").GroupKind(), cb.Name, errs)
+}
+
+// validateName refuses a name under which the breaker could not be published:
+// the ConfigMap key <name>.json must be a valid key. The API server already
+// holds the name to DNS subdomain rules (at most 253 characters), so in
+// practice this refuses names longer than MaxNameLength.
+func validateName(name string) field.ErrorList {
+	if name == "" {
+		// generateName: the API server names the object after mutating
+		// admission and before validation, so an empty name does not reach here
+		// from the API server. Nothing to judge otherwise.
+		return nil
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsConfigMapKey(name + configKeySuffix) {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), name,
+			fmt.Sprintf("the breaker is published under the ConfigMap key %q, which is not a valid key: %s (names may be at most %d characters)",
+				truncate(name+configKeySuffix, 40), msg, MaxNameLength)))
+	}
+	return errs
+}
+
+// validateSpec refuses durations that are not a whole number of milliseconds.
+// The bounds (1s to 24h, 1s to 1h) are the schema's; this rule is one CEL
+// states badly. A breaker's timings are judged at millisecond resolution at
+// best, so digits below a millisecond are a typo ("1.0000001s"), and a window
+// that is not whole milliseconds puts the epoch-aligned buckets (DESIGN §5.1)
+// on boundaries no clock or dashboard shares.
+//
+// With old set (an update), a field is judged only if the update changes it:
+// rules are ratcheted, so an object stored before a rule existed stays
+// updatable.
+func validateSpec(s, old *resiliencev1alpha1.CircuitBreakerSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	check := func(name string, d, was *metav1.Duration, oldSpec bool) {
+		if d == nil || d.Duration%time.Millisecond == 0 {
+			return
+		}
+		if oldSpec && was != nil && was.Duration == d.Duration {
+			return
+		}
+		errs = append(errs, field.Invalid(path.Child(name), d.Duration.String(), "must be a whole number of milliseconds"))
+	}
+	var oldTimeout, oldWindow *metav1.Duration
+	if old != nil {
+		oldTimeout, oldWindow = old.OpenTimeout, old.Window
+	}
+	check("openTimeout", s.OpenTimeout, oldTimeout, old != nil)
+	check("window", s.Window, oldWindow, old != nil)
+	return errs
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,92 @@
+package circuitbreaker
+
+import (
+	"fmt"
+	"strings"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// Annotations that record who forced a breaker's circuit and why. A CircuitBreaker
+// in mode ForcedOpen or ForcedClosed without both (non-blank) gets a warning:
+// a circuit held by hand outlives the incident that made someone hold it unless
+// the object says whom to ask.
+const (
+	// AnnotationForcedBy names who forced the circuit: a person, a team, a
+	// runbook or an automation ("alice@example.com", "incident-bot").
+	AnnotationForcedBy = "fusebox.dev/forced-by"
+	// AnnotationForcedReason says why, ideally with a link ("INC-1234: payments
+	// provider outage").
+	AnnotationForcedReason = "fusebox.dev/forced-reason"
+)
+
+// LowMinimumThroughput is the minimumThroughput under which a breaker is
+// warned to open on thin evidence.
+const LowMinimumThroughput = 5
+
+// Warnings returns what is legal but risky about cb, one message per finding,
+// in a fixed order:
+//
+//   - minimumThroughput under LowMinimumThroughput: the circuit opens on the
+//     evidence of a handful of calls;
+//   - openTimeout shorter than window: the circuit rests less than it takes to
+//     measure a failure rate;
+//   - halfOpenPermittedCalls above minimumThroughput: a half-open circuit sends
+//     more probes at once than a closed one needs to judge;
+//   - mode ForcedOpen or ForcedClosed without AnnotationForcedBy and
+//     AnnotationForcedReason.
+//
+// Unset fields count with their defaults.
+func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
+	s := effective(cb.Spec)
+	var w []string
+	if n := *s.MinimumThroughput; n < LowMinimumThroughput {
+		w = append(w, fmt.Sprintf("spec.minimumThroughput is %d: the failure rate is judged on as few as %d %s, so %s can open the circuit; %d or more is recommended",
+			n, n, plural(int(n), "call", "calls"), failuresToOpen(n, *s.FailureRatePercent), LowMinimumThroughput))
+	}
+	if s.OpenTimeout.Duration < s.Window.Duration {
+		w = append(w, fmt.Sprintf("spec.openTimeout (%s) is shorter than spec.window (%s): the circuit rests for less time than it takes to measure a failure rate, so a struggling dependency gets little relief between probes",
+			s.OpenTimeout.Duration, s.Window.Duration))
+	}
+	if *s.HalfOpenPermittedCalls > *s.MinimumThroughput {
+		w = append(w, fmt.Sprintf("spec.halfOpenPermittedCalls (%d) is above spec.minimumThroughput (%d): a half-open circuit lets more probe calls at a time reach a dependency that just failed than a closed circuit needs to judge it",
+			*s.HalfOpenPermittedCalls, *s.MinimumThroughput))
+	}
+	if s.Mode == resiliencev1alpha1.ModeForcedOpen || s.Mode == resiliencev1alpha1.ModeForcedClosed {
+		var missing []string
+		for _, a := range []string{AnnotationForcedBy, AnnotationForcedReason} {
+			if strings.TrimSpace(cb.Annotations[a]) == "" {
+				missing = append(missing, a)
+			}
+		}
+		if len(missing) > 0 {
+			w = append(w, fmt.Sprintf("spec.mode is %s but the %s %s %s not set: record who forced the circuit and why, so that it is not left %s after the incident",
+				s.Mode, plural(len(missing), "annotation", "annotations"), strings.Join(missing, " and "), plural(len(missing), "is", "are"), heldState(s.Mode)))
+		}
+	}
+	return w
+}
+
+// failuresToOpen says how few failures can open a circuit whose window holds
+// exactly minimumThroughput calls: ceil(minimumThroughput × rate), at least 1.
+func failuresToOpen(minimumThroughput, ratePercent int32) string {
+	n := (minimumThroughput*ratePercent + 99) / 100
+	if n <= 1 {
+		return "a single failure"
+	}
+	return fmt.Sprintf("%d failures", n)
+}
+
+func heldState(m resiliencev1alpha1.Mode) string {
+	if m == resiliencev1alpha1.ModeForcedOpen {
+		return "open"
+	}
+	return "closed"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

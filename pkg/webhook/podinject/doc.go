@@ -1,0 +1,29 @@
+// Package podinject is the mutating admission webhook that gives a pod what
+// pkg/breaker/kube.FromEnvironment needs, so that using Fusebox from a pod is a
+// one-annotation affair.
+//
+// A pod created with the annotation fusebox.dev/inject: "true" gets:
+//
+//   - the volume fusebox-breakers: the namespace's fusebox-breakers ConfigMap,
+//     optional, so the pod starts before any CircuitBreaker exists (and the
+//     kubelet fills the volume in once one does);
+//   - in every container, and in every sidecar init container (restartPolicy
+//     Always), that volume mounted read-only at /etc/fusebox and the
+//     environment FUSEBOX_CONFIG_DIR=/etc/fusebox, POD_NAME and POD_NAMESPACE
+//     (downward API). Plain init containers run to completion before the
+//     application starts and are left alone.
+//
+// The webhook never replaces what the pod already has: a volume, a mount at
+// /etc/fusebox or an environment variable of the same name that differs from
+// Fusebox's is kept, and the response carries a warning naming it. What is
+// already there and the same is not added again, so admitting an injected pod
+// again patches nothing. It adds only (a JSON patch of add operations built
+// from the request's own object), so fields of the pod this webhook's Go types
+// do not know survive untouched.
+//
+// The webhook is registered for pod creation only: Kubernetes refuses changes
+// to a pod's volumes and containers' environment after creation, so there is
+// nothing to do on update. Its configuration (config/webhook) fails open
+// (failurePolicy: Ignore), so Fusebox can never keep a workload from starting,
+// and skips the system namespaces and the operator's own.
+package podinject
