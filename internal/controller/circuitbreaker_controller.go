@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -393,37 +395,47 @@ func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // the cache is confirmed gone with a live read first: a new pod can report
 // before the cache has seen it.
 func (r *CircuitBreakerReconciler) pruneMembers(ctx context.Context, cb *resiliencev1alpha1.CircuitBreaker) error {
-	var keep []resiliencev1alpha1.MemberStatus
+	// A JSON patch that removes exactly the gone entries, each behind a test of
+	// its position, so the kept entries are not rewritten (a round trip through
+	// metav1.Time would cut their times to the second) and a pod's concurrent
+	// write makes the patch fail instead of being lost.
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value string `json:"value,omitempty"`
+	}
+	var ops []op
 	var gone []string
-	for _, m := range cb.Status.Members {
-		exists, err := r.podExists(ctx, cb.Namespace, m.Pod)
+	for i := len(cb.Status.Members) - 1; i >= 0; i-- {
+		pod := cb.Status.Members[i].Pod
+		exists, err := r.podExists(ctx, cb.Namespace, pod)
 		if err != nil {
 			return err
 		}
-		if exists {
-			keep = append(keep, m)
-		} else {
-			gone = append(gone, m.Pod)
+		if !exists {
+			path := fmt.Sprintf("/status/members/%d", i)
+			ops = append(ops, op{Op: "test", Path: path + "/pod", Value: pod}, op{Op: "remove", Path: path})
+			gone = append(gone, pod)
 		}
 	}
-	if len(gone) == 0 {
+	if len(ops) == 0 {
 		return nil
 	}
-	pruned := cb.DeepCopy()
-	pruned.Status.Members = keep
-	// The optimistic lock makes a pod's concurrent write conflict instead of
-	// being lost under a list replaced whole.
-	patch := client.MergeFromWithOptions(cb, client.MergeFromWithOptimisticLock{})
-	err := r.Status().Patch(ctx, pruned, patch, client.FieldOwner(FieldOwner))
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	original := cb.DeepCopy()
+	err = r.Status().Patch(ctx, cb, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(FieldOwner))
 	switch {
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		return errStale
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return errStale // a failed test: the list changed, and its watch event reconciles again
 	case err != nil:
 		return fmt.Errorf("prune members of CircuitBreaker %s/%s: %w", cb.Namespace, cb.Name, err)
 	}
-	r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventMemberPruned, "Prune",
+	slices.Sort(gone)
+	r.Recorder.Eventf(original, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventMemberPruned, "Prune",
 		"Removed the reports of pods that no longer exist: %s", strings.Join(gone, ", "))
-	*cb = *pruned
 	return nil
 }
 

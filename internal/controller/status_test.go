@@ -147,7 +147,8 @@ var _ = Describe("CircuitBreaker status from pod reports", func() {
 	It("prunes the reports of pods that no longer exist", func(ctx SpecContext) {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "inventory"))).To(Succeed())
 		live := newPod(ctx, ns, "live")
-		report(ctx, ns, "inventory", entry("live", "Closed", time.Now(), 1))
+		liveSince := time.Date(2026, 11, 29, 12, 0, 0, 123_000_000, time.UTC)
+		report(ctx, ns, "inventory", entry("live", "Closed", liveSince, 1))
 		report(ctx, ns, "inventory", entry("ghost", "Open", time.Now(), 1))
 		Eventually(func(g Gomega) {
 			cb := getBreaker(g, ctx, ns, "inventory")
@@ -155,6 +156,12 @@ var _ = Describe("CircuitBreaker status from pod reports", func() {
 			g.Expect(cb.Status.Members[0].Pod).To(Equal("live"))
 			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateClosed))
 		}).Should(Succeed())
+		By("leaving the kept report as its pod wrote it, to the millisecond")
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "inventory"}, u)).To(Succeed())
+		members, _, _ := unstructured.NestedSlice(u.Object, "status", "members")
+		Expect(members).To(ConsistOf(HaveKeyWithValue("since", "2026-11-29T12:00:00.123Z")))
 		Eventually(func() []string { return eventNotes(ctx, ns, "inventory", "MemberPruned") }).Should(
 			ContainElement(ContainSubstring("ghost")))
 
