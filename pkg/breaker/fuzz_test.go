@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
 // FuzzPolicyValidate checks that Validate accepts exactly the meaningful policies, that
@@ -33,8 +35,7 @@ func FuzzPolicyValidate(f *testing.F) {
 		if valid != (err == nil) {
 			t.Fatalf("Validate(%+v) = %v, want valid=%v", p, err, valid)
 		}
-		clock := newFakeClock()
-		clock.t = time.Unix(0, clockAt)
+		clock := breakertest.NewClock(time.Unix(0, clockAt))
 		b, nerr := New("fuzz", p, WithClock(clock))
 		if !valid {
 			if _, ok := errors.AsType[*FieldError](err); !ok {

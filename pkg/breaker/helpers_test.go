@@ -4,31 +4,13 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
-// fakeClock is a Clock that moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+func newFakeClock() *breakertest.Clock {
+	return breakertest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 }
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-var _ Clock = (*fakeClock)(nil)
 
 var (
 	errBoom   = errors.New("boom")

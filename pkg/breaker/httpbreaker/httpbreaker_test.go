@@ -7,29 +7,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newBreaker(t *testing.T, mutate ...func(*breaker.Policy)) (*breaker.Breaker, *fakeClock) {
+func newBreaker(t *testing.T, mutate ...func(*breaker.Policy)) (*breaker.Breaker, *breakertest.Clock) {
 	t.Helper()
-	clock := &fakeClock{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+	clock := breakertest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 4
 	for _, m := range mutate {

@@ -28,6 +28,7 @@ import (
 	"github.com/fusebox-dev/fusebox/internal/testenv"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
 // The envtest control plane every test of this package shares; each test works in its
@@ -81,29 +82,9 @@ func needEnv(t *testing.T) {
 	}
 }
 
-// fakeClock is a breaker.Clock that moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+func newFakeClock() *breakertest.Clock {
+	return breakertest.NewClock(time.Now().UTC().Truncate(time.Second))
 }
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-var _ breaker.Clock = (*fakeClock)(nil)
 
 // testPolicy opens after two calls of which half failed, and stays open 30s.
 func testPolicy() breaker.Policy {
@@ -207,7 +188,7 @@ type instance struct {
 }
 
 type instanceOptions struct {
-	clock    *fakeClock
+	clock    *breakertest.Clock
 	breakers []string // created with Registry.Get right after start, as an application would
 	modify   func(*Options)
 }

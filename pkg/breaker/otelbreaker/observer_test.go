@@ -16,20 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/otelbreaker"
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 var errBoom = errors.New("boom")
 
@@ -39,7 +28,7 @@ type harness struct {
 	reader *sdkmetric.ManualReader
 	obs    *otelbreaker.Observer
 	b      *breaker.Breaker
-	clock  *fakeClock
+	clock  *breakertest.Clock
 }
 
 func newHarness(t *testing.T, opts ...otelbreaker.Option) *harness {
@@ -51,7 +40,7 @@ func newHarness(t *testing.T, opts ...otelbreaker.Option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := breakertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 3
 	p.SuccessThreshold = 1
@@ -203,7 +192,7 @@ func TestInstruments(t *testing.T) {
 	}
 
 	// Half-open: one probe runs (and is watched while in flight), a second is refused.
-	h.clock.Add(time.Minute)
+	h.clock.Advance(time.Minute)
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error)
 	go func() {

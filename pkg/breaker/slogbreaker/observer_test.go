@@ -6,25 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/slogbreaker"
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 var errBoom = errors.New("upstream 503")
 
@@ -45,7 +33,7 @@ func records(t *testing.T, buf *bytes.Buffer) []map[string]any {
 func TestLogsEveryTransition(t *testing.T) {
 	var buf bytes.Buffer
 	obs := slogbreaker.New(slog.New(slog.NewJSONHandler(&buf, nil)))
-	clock := &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clock := breakertest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 4
 	p.SuccessThreshold = 1
@@ -60,7 +48,7 @@ func TestLogsEveryTransition(t *testing.T) {
 		_ = b.Execute(ctx, func(context.Context) error { return errBoom })
 	}
 	openedAt := clock.Now()
-	clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	_ = b.Execute(ctx, func(context.Context) error { return nil }) // half-open probe closes it
 
 	got := records(t, &buf)

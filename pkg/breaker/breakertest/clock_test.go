@@ -1,0 +1,41 @@
+package breakertest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+)
+
+var _ breaker.Clock = (*breakertest.Clock)(nil)
+
+func TestClockMovesOnlyWhenAdvanced(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := breakertest.NewClock(start)
+	if !c.Now().Equal(start) {
+		t.Fatalf("Now() = %v, want %v", c.Now(), start)
+	}
+	c.Advance(90 * time.Second)
+	if got := c.Now().Sub(start); got != 90*time.Second {
+		t.Fatalf("advanced by %v, want 90s", got)
+	}
+}
+
+// A breaker on the clock goes half-open when the test says its timeout passed.
+func ExampleClock() {
+	clock := breakertest.NewClock(time.Now())
+	p := breaker.DefaultPolicy()
+	p.MinimumThroughput = 1
+	b, _ := breaker.New("payments", p, breaker.WithClock(clock))
+	_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
+	fmt.Println(b.State())
+	clock.Advance(p.OpenTimeout)
+	fmt.Println(b.State())
+	// Output:
+	// open
+	// half_open
+}
