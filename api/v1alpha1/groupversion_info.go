@@ -8,11 +8,13 @@ package v1alpha1
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 var (
 	// GroupVersion is the group and version of every type in this package.
-	GroupVersion = schema.GroupVersion{Group: "resilience.fusebox.dev", Version: "v1alpha1"}
+	GroupVersion = schema.GroupVersion{Group: breakerconfig.Group, Version: breakerconfig.Version}
 
 	// SchemeBuilder registers this package's types with a runtime.Scheme.
 	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}

@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+
 	"context"
 	"errors"
 	"io/fs"
@@ -131,7 +133,7 @@ func readConfigDir(dir string) (map[string]string, error) {
 	data := make(map[string]string, len(entries))
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, keySuffix) {
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, breakerconfig.KeySuffix) {
 			continue
 		}
 		path := filepath.Join(dir, name)
