@@ -76,16 +76,26 @@ func (r *CircuitBreakerReconciler) readReports(ctx context.Context, namespace st
 		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 			continue
 		}
-		written := lastWrite(rep)
-		for _, e := range rep.Breakers {
-			since := e.Since.Time
-			if !written.IsZero() && since.After(written.Add(maxClockSkew)) {
-				since = written
-			}
-			out.byBreaker[e.Name] = append(out.byBreaker[e.Name], member{pod: rep.Name, entry: e, since: since})
+		for _, m := range membersOf(rep) {
+			out.byBreaker[m.entry.Name] = append(out.byBreaker[m.entry.Name], m)
 		}
 	}
 	return out, nil
+}
+
+// membersOf returns the report's entries as members, each since clamped to the API
+// server's record of the report's last write.
+func membersOf(rep *resiliencev1alpha1.BreakerReport) []member {
+	written := lastWrite(rep)
+	out := make([]member, 0, len(rep.Breakers))
+	for _, e := range rep.Breakers {
+		since := e.Since.Time
+		if !written.IsZero() && since.After(written.Add(maxClockSkew)) {
+			since = written
+		}
+		out = append(out, member{pod: rep.Name, entry: e, since: since})
+	}
+	return out
 }
 
 // ownedBy reports whether the report belongs to the pod of that UID. A report that names
