@@ -130,9 +130,12 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 	out := make([]resiliencev1alpha1.MemberStatus, 0, min(len(order), resiliencev1alpha1.MaxMembersListed))
 	for _, m := range order[:min(len(order), resiliencev1alpha1.MaxMembersListed)] {
 		out = append(out, resiliencev1alpha1.MemberStatus{
-			Pod:                m.pod,
-			State:              m.entry.State,
-			Since:              metav1.NewTime(m.entry.Since.Time),
+			Pod:   m.pod,
+			State: m.entry.State,
+			// Whole seconds, as the API server stores a metav1.Time: a report's
+			// milliseconds kept here would make every stored status differ from the
+			// one computed again, and every reconcile patch it.
+			Since:              metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
 			Reason:             m.entry.Reason,
 			FailureRatePercent: m.entry.FailureRatePercent,
 			Calls:              m.entry.Calls,
