@@ -89,12 +89,18 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 }
 
 // earnedFirst orders open members for naming the one that opened a Pod-scope breaker: the
-// most recent Open, and among equal times one reached on the pod's own evidence.
+// most recent Open, and among equal times one reached on the pod's own evidence, then the
+// first pod by name. The order must be total: members come in the cache's order, which
+// changes between reconciles, and a tie broken by it changed the Open condition's message,
+// so a status that nothing changed was written again.
 func earnedFirst(a, b *member) bool {
 	if !a.since.Equal(b.since) {
 		return a.since.After(b.since)
 	}
-	return a.entry.Calls != nil && b.entry.Calls == nil
+	if aCalls, bCalls := a.entry.Calls != nil, b.entry.Calls != nil; aCalls != bCalls {
+		return aCalls
+	}
+	return a.pod < b.pod
 }
 
 func onLatestConfig(cb *resiliencev1alpha1.CircuitBreaker, m *member) bool {

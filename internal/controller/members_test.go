@@ -3,6 +3,8 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +373,23 @@ func TestJoinLimited(t *testing.T) {
 	}
 	if got := joinLimited([]string{"a", "b", "c", "d", "e", "f", "g"}, 5); got != "a; b; c; d; e; and 2 more" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// Pods that open in the same millisecond are named in the same way whatever order the
+// cache lists them in; otherwise each reconcile could write a different Open message.
+func TestTheOpenerDoesNotDependOnTheOrderOfReports(t *testing.T) {
+	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1}}
+	members := []member{at("c", open, tripped, time.Second), at("a", open, tripped, time.Second), at("b", open, tripped, time.Second), at("d", closed, started, 0)}
+	want := openedMessage(cb, aggregate(cb, members))
+	for range 20 {
+		shuffled := slices.Clone(members)
+		rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if got := openedMessage(cb, aggregate(cb, shuffled)); got != want {
+			t.Fatalf("order %v: %q, want %q", shuffled, got, want)
+		}
+	}
+	if !strings.HasPrefix(want, "Pod a opened") {
+		t.Errorf("%q, want the first pod by name among equals", want)
 	}
 }
