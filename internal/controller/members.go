@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // breakerView is what the reports of a breaker's running pods add up to.
@@ -172,6 +173,31 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		return "The circuit is open"
 	}
 	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", m.pod, m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(*m))
+}
+
+// halfOpenedMessage says why the breaker is half-open, for its CircuitHalfOpened Event.
+func halfOpenedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	if m := fleetHalfOpen(cb, v); m != "" {
+		return m
+	}
+	return fmt.Sprintf("%d of %d pods are probing whether the dependency is back", v.counts.HalfOpen, v.counts.Reporting)
+}
+
+// fleetHalfOpen says why a Fleet breaker that is not open is not closed either, when it is
+// not that its pods are probing: pods open on their own evidence that do not make the quorum
+// yet, or pods that have not yet followed the probes that closed the fleet. "0 of 10 pods
+// are probing", or a quorum count that is met, would mislead in both cases. "" otherwise.
+func fleetHalfOpen(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	d := v.fleet
+	switch {
+	case d == nil || d.open:
+		return ""
+	case len(d.openers) > 0 && len(d.openers) < d.need:
+		return fleetProgress(cb, v)
+	case d.verdict != nil && d.verdict.State == breakerconfig.StateClosed:
+		return fmt.Sprintf("A pod's probes closed the fleet at %s; the other pods follow", d.verdict.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // fleetProgress says how close a Fleet breaker that is not open is to its quorum.

@@ -376,6 +376,36 @@ func TestJoinLimited(t *testing.T) {
 	}
 }
 
+func TestHalfOpenedMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cb      *resiliencev1alpha1.CircuitBreaker
+		members []member
+		want    string
+	}{
+		{"probing", fleetBreaker(0), []member{at("a", halfOpen, timedOut, 0), at("b", closed, started, 0)},
+			"1 of 2 pods are probing whether the dependency is back"},
+		{"open below the quorum", fleetBreaker(50), []member{at("a", open, tripped, 0), at("b", closed, started, 0), at("c", closed, started, 0)},
+			"1 of 3 pods open on their own evidence, quorum 50% needs 2"},
+		{"closed by probes, a pod still open", fleetBreaker(0), []member{at("a", open, tripped, 0), at("b", closed, succeeded, 9*time.Second)},
+			"A pod's probes closed the fleet at 2026-11-29T12:00:09Z; the other pods follow"},
+		{"closed by probes, a pod adopted the old open", fleetBreaker(0), []member{at("a", open, adopted, 0), at("b", closed, succeeded, 9*time.Second)},
+			"A pod's probes closed the fleet at 2026-11-29T12:00:09Z; the other pods follow"},
+		{"Pod scope", &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1}}, []member{at("a", halfOpen, timedOut, 0)},
+			"1 of 1 pods are probing whether the dependency is back"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := aggregate(tc.cb, tc.members)
+			if v.state != halfOpen {
+				t.Fatalf("state %s, want HalfOpen", v.state)
+			}
+			if got := halfOpenedMessage(tc.cb, v); got != tc.want {
+				t.Errorf("got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // Pods that open in the same millisecond are named in the same way whatever order the
 // cache lists them in; otherwise each reconcile could write a different Open message.
 func TestTheOpenerDoesNotDependOnTheOrderOfReports(t *testing.T) {
