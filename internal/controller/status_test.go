@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -295,6 +297,38 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 			g.Expect(listedPods(cb)).To(Equal([]string{"web-0"}))
 		}).Should(Succeed())
 		Consistently(func() bool { return reportExists(ctx, ns, "web-0") }, "2s").Should(BeTrue(), "the new pod's report is kept")
+	})
+
+	It("keeps a re-created pod's report while the operator's pod cache still holds the old pod", func(ctx SpecContext) {
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "carts"))).To(Succeed())
+		reports(ctx, ns, "web-0", entry("carts", "Closed", "Started", time.Now(), 1))
+		old := ensurePod(ctx, ns, "web-0")
+
+		By("a pod cache that stops following the API server here, as a lagging informer would")
+		pods, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+		Expect(err).NotTo(HaveOccurred())
+		cacheCtx, stopCache := context.WithCancel(ctx)
+		go func() { _ = pods.Start(cacheCtx) }()
+		Eventually(func(g Gomega) {
+			var list corev1.PodList
+			g.Expect(pods.List(ctx, &list)).To(Succeed())
+			g.Expect(list.Items).To(ConsistOf(HaveField("UID", old.UID)))
+		}).Should(Succeed())
+		stopCache()
+		lagging, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{
+			Reader:     pods,
+			DisableFor: []client.Object{&resiliencev1alpha1.CircuitBreaker{}, &resiliencev1alpha1.BreakerReport{}, &corev1.ConfigMap{}},
+		}})
+		Expect(err).NotTo(HaveOccurred())
+
+		deletePod(ctx, ns, "web-0")
+		renewed := ensurePod(ctx, ns, "web-0")
+		Expect(applyReport(ctx, ns, "web-0", renewed.UID, entry("carts", "Closed", "Started", time.Now(), 1))).To(Succeed())
+
+		r := &CircuitBreakerReconciler{Client: lagging, APIReader: k8sClient, Recorder: reconciler.Recorder}
+		_, err = r.ReconcileStatus(ctx, reconcile.Request{NamespacedName: configMapKey(ns)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(reportExists(ctx, ns, "web-0")).To(BeTrue(), "the new pod's report was taken for the old pod's and deleted")
 	})
 
 	It("counts nothing of a pod that finished", func(ctx SpecContext) {
