@@ -426,6 +426,8 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 		}).Should(Succeed())
 
 		var writes atomic.Int32
+		var seen atomic.Value // the resourceVersion the watch delivered last
+		seen.Store("")
 		w, err := k8sClient.Watch(ctx, &resiliencev1alpha1.CircuitBreakerList{}, client.InNamespace(ns),
 			client.MatchingFields{"metadata.name": "burst"})
 		Expect(err).NotTo(HaveOccurred())
@@ -434,6 +436,9 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 			for e := range w.ResultChan() {
 				if e.Type == watch.Modified {
 					writes.Add(1)
+				}
+				if o, ok := e.Object.(client.Object); ok {
+					seen.Store(o.GetResourceVersion())
 				}
 			}
 		}()
@@ -454,11 +459,15 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 			})
 		}
 		wg.Wait()
+		var settled string
 		Eventually(func(g Gomega) {
 			cb := getBreaker(g, ctx, ns, "burst")
 			g.Expect(cb.Status.MemberCounts.Open).To(BeEquivalentTo(pods))
 			g.Expect(condition(cb, "Open").Status).To(Equal(metav1.ConditionTrue))
+			settled = cb.ResourceVersion
 		}).Should(Succeed())
+		// The watch may deliver the write just read a moment later.
+		Eventually(func() any { return seen.Load() }).Should(Equal(settled))
 		burst := writes.Load()
 		GinkgoWriter.Printf("status writes for a burst of %d reports: %d\n", pods, burst)
 		Expect(burst).To(And(BeNumerically(">=", 1), BeNumerically("<=", 10)))
