@@ -332,7 +332,8 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 	})
 
 	It("counts nothing of a pod that finished", func(ctx SpecContext) {
-		Expect(k8sClient.Create(ctx, newBreaker(ns, "ledger"))).To(Succeed())
+		ledger := newBreaker(ns, "ledger")
+		Expect(k8sClient.Create(ctx, ledger)).To(Succeed())
 		reports(ctx, ns, "web", entry("ledger", "Closed", "Started", time.Now(), 1))
 		reports(ctx, ns, "batch", entry("ledger", "Open", "Tripped", time.Now(), 1))
 		Eventually(func(g Gomega) {
@@ -362,6 +363,17 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 			g.Expect(listedPods(cb)).To(Equal([]string{"web"}))
 		}, "2s").Should(Succeed())
 		Expect(reportExists(ctx, ns, "batch")).To(BeTrue(), "a finished pod's report is ignored, not deleted: its pod still exists")
+
+		By("a spec change that only the running pod follows")
+		patch := client.MergeFrom(ledger.DeepCopy())
+		ledger.Spec.FailureRatePercent = ptr.To[int32](30)
+		Expect(k8sClient.Patch(ctx, ledger, patch)).To(Succeed())
+		reports(ctx, ns, "web", entry("ledger", "Closed", "Started", time.Now(), 2))
+		Eventually(func(g Gomega) {
+			c := condition(getBreaker(g, ctx, ns, "ledger"), "ConfigApplied")
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+			g.Expect(c.Message).To(Equal("All 1 pods run generation 2"))
+		}).Should(Succeed())
 	})
 
 	It("counts 1,001 pods and lists the 20 most relevant", func(ctx SpecContext) {
