@@ -55,8 +55,8 @@ func setOpenCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) {
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, resiliencev1alpha1.ReasonCircuitOpen, openedMessage(cb, v)
 	case resiliencev1alpha1.StateHalfOpen:
 		c.Reason, c.Message = resiliencev1alpha1.ReasonCircuitHalfOpen, "Probing whether the dependency is back"
-		if v.fleet != nil && len(v.fleet.openers) > 0 {
-			c.Message = fleetProgress(cb, v)
+		if m := fleetHalfOpen(cb, v); m != "" {
+			c.Message = m
 		}
 	case resiliencev1alpha1.StateClosed:
 		c.Reason, c.Message = resiliencev1alpha1.ReasonCircuitClosed, "Every reporting pod has the circuit closed"

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // breakerView is what the reports of a breaker's running pods add up to.
@@ -89,12 +90,18 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 }
 
 // earnedFirst orders open members for naming the one that opened a Pod-scope breaker: the
-// most recent Open, and among equal times one reached on the pod's own evidence.
+// most recent Open, and among equal times one reached on the pod's own evidence, then the
+// first pod by name. The order must be total: members come in the cache's order, which
+// changes between reconciles, and a tie broken by it changed the Open condition's message,
+// so a status that nothing changed was written again.
 func earnedFirst(a, b *member) bool {
 	if !a.since.Equal(b.since) {
 		return a.since.After(b.since)
 	}
-	return a.entry.Calls != nil && b.entry.Calls == nil
+	if aCalls, bCalls := a.entry.Calls != nil, b.entry.Calls != nil; aCalls != bCalls {
+		return aCalls
+	}
+	return a.pod < b.pod
 }
 
 func onLatestConfig(cb *resiliencev1alpha1.CircuitBreaker, m *member) bool {
@@ -130,9 +137,12 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 	out := make([]resiliencev1alpha1.MemberStatus, 0, min(len(order), resiliencev1alpha1.MaxMembersListed))
 	for _, m := range order[:min(len(order), resiliencev1alpha1.MaxMembersListed)] {
 		out = append(out, resiliencev1alpha1.MemberStatus{
-			Pod:                m.pod,
-			State:              m.entry.State,
-			Since:              metav1.NewTime(m.entry.Since.Time),
+			Pod:   m.pod,
+			State: m.entry.State,
+			// Whole seconds, as the API server stores a metav1.Time: a report's
+			// milliseconds kept here would make every stored status differ from the
+			// one computed again, and every reconcile patch it.
+			Since:              metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
 			Reason:             m.entry.Reason,
 			FailureRatePercent: m.entry.FailureRatePercent,
 			Calls:              m.entry.Calls,
@@ -163,6 +173,31 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		return "The circuit is open"
 	}
 	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", m.pod, m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(*m))
+}
+
+// halfOpenedMessage says why the breaker is half-open, for its CircuitHalfOpened Event.
+func halfOpenedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	if m := fleetHalfOpen(cb, v); m != "" {
+		return m
+	}
+	return fmt.Sprintf("%d of %d pods are probing whether the dependency is back", v.counts.HalfOpen, v.counts.Reporting)
+}
+
+// fleetHalfOpen says why a Fleet breaker that is not open is not closed either, when it is
+// not that its pods are probing: pods open on their own evidence that do not make the quorum
+// yet, or pods that have not yet followed the probes that closed the fleet. "0 of 10 pods
+// are probing", or a quorum count that is met, would mislead in both cases. "" otherwise.
+func fleetHalfOpen(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	d := v.fleet
+	switch {
+	case d == nil || d.open:
+		return ""
+	case len(d.openers) > 0 && len(d.openers) < d.need:
+		return fleetProgress(cb, v)
+	case d.verdict != nil && d.verdict.State == breakerconfig.StateClosed:
+		return fmt.Sprintf("A pod's probes closed the fleet at %s; the other pods follow", d.verdict.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // fleetProgress says how close a Fleet breaker that is not open is to its quorum.

@@ -39,8 +39,8 @@ type namespaceReports struct {
 
 // readReports reads the namespace's BreakerReports and keeps the ones of running pods.
 // Reports of pods in phase Succeeded or Failed count for nothing. A pod missing from the
-// cache is confirmed gone with a live read first: a new pod can report before the cache
-// has seen it.
+// cache, or there under another UID than its report's owner, is confirmed with a live
+// read first.
 func (r *CircuitBreakerReconciler) readReports(ctx context.Context, namespace string) (namespaceReports, error) {
 	out := namespaceReports{byBreaker: map[string][]member{}}
 	var reports resiliencev1alpha1.BreakerReportList
@@ -62,7 +62,11 @@ func (r *CircuitBreakerReconciler) readReports(ctx context.Context, namespace st
 	for i := range reports.Items {
 		rep := &reports.Items[i]
 		pod := byName[rep.Name]
-		if pod == nil {
+		if pod == nil || !ownedBy(rep, pod.UID) {
+			// Confirmed around the cache: a new pod can report before the cache has
+			// seen it, and a pod re-created under its name (a StatefulSet's) before the
+			// cache has seen the old one go; its report, taken for the old pod's, would
+			// be deleted, and its agent writes it again only when an entry changes.
 			live, err := r.livePod(ctx, namespace, rep.Name)
 			if err != nil {
 				return out, err
@@ -76,16 +80,26 @@ func (r *CircuitBreakerReconciler) readReports(ctx context.Context, namespace st
 		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 			continue
 		}
-		written := lastWrite(rep)
-		for _, e := range rep.Breakers {
-			since := e.Since.Time
-			if !written.IsZero() && since.After(written.Add(maxClockSkew)) {
-				since = written
-			}
-			out.byBreaker[e.Name] = append(out.byBreaker[e.Name], member{pod: rep.Name, entry: e, since: since})
+		for _, m := range membersOf(rep) {
+			out.byBreaker[m.entry.Name] = append(out.byBreaker[m.entry.Name], m)
 		}
 	}
 	return out, nil
+}
+
+// membersOf returns the report's entries as members, each since clamped to the API
+// server's record of the report's last write.
+func membersOf(rep *resiliencev1alpha1.BreakerReport) []member {
+	written := lastWrite(rep)
+	out := make([]member, 0, len(rep.Breakers))
+	for _, e := range rep.Breakers {
+		since := e.Since.Time
+		if !written.IsZero() && since.After(written.Add(maxClockSkew)) {
+			since = written
+		}
+		out = append(out, member{pod: rep.Name, entry: e, since: since})
+	}
+	return out
 }
 
 // ownedBy reports whether the report belongs to the pod of that UID. A report that names

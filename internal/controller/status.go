@@ -129,8 +129,7 @@ func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.
 		case resiliencev1alpha1.StateOpen:
 			r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s", openedMessage(cb, v))
 		case resiliencev1alpha1.StateHalfOpen:
-			r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen",
-				"%d of %d pods are probing whether the dependency is back", v.counts.HalfOpen, v.counts.Reporting)
+			r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen", "%s", halfOpenedMessage(cb, v))
 		case resiliencev1alpha1.StateClosed:
 			if from != "" { // a first report of Closed is no news
 				r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitClosed, "Close",
