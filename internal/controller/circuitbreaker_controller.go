@@ -97,7 +97,7 @@ func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reco
 		switch {
 		case o.err != nil:
 			log.Error(o.err, "CircuitBreaker cannot be rendered; its last published config stays", "circuitBreaker", o.breaker.Name)
-		case o.changed:
+		case o.newGeneration:
 			r.Recorder.Eventf(o.breaker, nil, corev1.EventTypeNormal, resiliencev1alpha1.ReasonConfigPublished, "Publish",
 				"Published generation %d in ConfigMap %s", o.breaker.Generation, breakerconfig.ConfigMapName)
 		}

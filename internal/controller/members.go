@@ -25,6 +25,8 @@ type breakerView struct {
 	fleet *fleetDecision
 	// opener is the open member whose Open is the most recent one earned, for Pod scope.
 	opener *member
+	// forced: a Fleet breaker is open because its mode holds it open, not by a verdict.
+	forced bool
 }
 
 // severity orders member states for a Pod-scope breaker's overall state: one open pod
@@ -80,6 +82,9 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 		switch {
 		case d.open:
 			state = resiliencev1alpha1.StateOpen
+		case state == resiliencev1alpha1.StateOpen && cb.Spec.Mode == resiliencev1alpha1.ModeForcedOpen:
+			// Held open by its mode, which moves no verdict but is open all the same.
+			v.forced = true
 		case state == resiliencev1alpha1.StateOpen:
 			state = resiliencev1alpha1.StateHalfOpen
 		}
@@ -156,6 +161,9 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 // openedMessage describes who opened the breaker and on what evidence.
 func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
 	if d := v.fleet; d != nil {
+		if v.forced {
+			return fmt.Sprintf("Held open by mode %s on %d of %d pods", resiliencev1alpha1.ModeForcedOpen, v.counts.Open, v.counts.Reporting)
+		}
 		if !d.open {
 			return fleetProgress(cb, v)
 		}

@@ -21,6 +21,9 @@ type outcome struct {
 	breaker *resiliencev1alpha1.CircuitBreaker
 	err     error // why it could not be rendered, if it could not
 	changed bool  // its rendered config differs from the published one
+	// newGeneration: the published config is of another generation (or another object of
+	// that name), which is news; a new fleet verdict alone is not.
+	newGeneration bool
 }
 
 // configPlan is the ConfigMap data a namespace should have, and what that means for each
@@ -58,6 +61,7 @@ func planConfig(breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigM
 			if err == nil {
 				plan.data[key] = string(doc)
 				o.changed = published[key] != string(doc)
+				o.newGeneration = o.changed && !sameGeneration(published[key], c)
 			}
 		}
 		if err != nil {
@@ -134,4 +138,11 @@ func (r *CircuitBreakerReconciler) publish(ctx context.Context, namespace string
 	}
 	log.Info("Updated ConfigMap", "configMap", cm.Name, "breakers", len(data))
 	return nil
+}
+
+// sameGeneration reports whether the published document renders the same generation of
+// the same CircuitBreaker as c.
+func sameGeneration(published string, c breakerconfig.Config) bool {
+	old, err := breakerconfig.Parse([]byte(published))
+	return err == nil && old.Generation == c.Generation && old.UID == c.UID
 }
