@@ -179,6 +179,7 @@ func TestBadEntryIsRefusedForThatBreakerOnly(t *testing.T) {
 	// the report, which keeps the others.
 	writes := make([]int64, len(ins))
 	for i, in := range ins {
+		idle(t, in.agent)
 		writes[i] = in.agent.Stats().Writes
 	}
 	writeConfigMap(t, ns, map[string]string{"good.json": render(t, "good", 4, p2, "Pod", nil)})
@@ -196,6 +197,7 @@ func TestBadEntryIsRefusedForThatBreakerOnly(t *testing.T) {
 		return nil
 	})
 	for i, in := range ins {
+		idle(t, in.agent)
 		if n := in.agent.Stats().Writes - writes[i]; n != 1 {
 			t.Errorf("pod %s wrote %d times when a breaker was unpublished, want once", in.pod, n)
 		}
@@ -272,6 +274,7 @@ func TestFleetVerdictIsAdoptedOnce(t *testing.T) {
 			return nil
 		})
 	})
+	idle(t, late.agent)
 	if n := late.agent.Stats().Writes; n != 1 {
 		t.Errorf("late wrote %d times, want once (Open, never a fresh Closed)", n)
 	}
@@ -360,6 +363,7 @@ func TestEachPodWritesItsOwnReport(t *testing.T) {
 		}
 		// Both breakers went into the report in one write: they were configured by one
 		// ConfigMap.
+		idle(t, in.agent)
 		if s := in.agent.Stats(); s.Writes != 1 || s.WriteFailures != 0 || s.LastWriteError != "" {
 			t.Errorf("pod %s: stats %+v, want one write for the first report", in.pod, s)
 		}
@@ -384,7 +388,7 @@ func TestEachPodWritesItsOwnReport(t *testing.T) {
 			return nil
 		})
 	})
-	// Since is kept to the millisecond: the fake clock's whole seconds survive.
+	idle(t, a.agent)
 	if n := a.agent.Stats().Writes - aWrites; n != 1 {
 		t.Errorf("a wrote its report %d times for one transition, want once", n)
 	}

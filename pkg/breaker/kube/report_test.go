@@ -9,9 +9,11 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
@@ -137,6 +139,7 @@ func TestTransitionsAreCoalesced(t *testing.T) {
 		}
 		return nil
 	})
+	idle(t, in.agent)
 	before := in.agent.Stats().Writes
 
 	// 300 transitions: every Trip restarts the open period a millisecond later.
@@ -164,6 +167,7 @@ func TestTransitionsAreCoalesced(t *testing.T) {
 	})
 	// What the writer does meanwhile is up to the scheduler; a handful of writes is
 	// coalescing, hundreds is not.
+	idle(t, in.agent)
 	writes := in.agent.Stats().Writes - before
 	t.Logf("%d transitions written in %d writes", rounds*len(names), writes)
 	if writes < 1 || writes > 5 {
@@ -198,6 +202,7 @@ func TestPodReadOnceForItsUID(t *testing.T) {
 	if o := rep.OwnerReferences; len(o) != 1 || o[0].UID != uid || o[0].Kind != "Pod" || o[0].Name != "a" {
 		t.Errorf("owner references %+v, want the Pod a (uid %s)", o, uid)
 	}
+	idle(t, in.agent)
 	if s := in.agent.Stats(); s.LastWriteError != "" || s.Writes != 1 {
 		t.Errorf("stats %+v: want one write and no error left", s)
 	}
@@ -275,12 +280,66 @@ func TestRefusedReportIsRetried(t *testing.T) {
 	eventually(t, 2*propagation, func() error {
 		return memberIs(ns, "held", "a", wantReason(resiliencev1alpha1.StateOpen, breakerconfig.ReasonManual))
 	})
+	idle(t, in.agent)
 	s := in.agent.Stats()
 	if s.LastWriteError != "" || s.Writes != 1 || s.WriteFailures != s.Rejected {
 		t.Errorf("stats %+v: want one write after the refusals, no error left, every failure a refusal", s)
 	}
 	if n := strings.Count(in.logs.String(), "refused this pod's breaker report"); n != 1 {
 		t.Errorf("the refusal was logged %d times, want once:\n%s", n, in.logs)
+	}
+}
+
+// TestReportWithoutItsResource: on a cluster where the BreakerReport CRD is not (yet)
+// installed the report is refused as not found, retried and explained, and written once
+// the CRD is there. It does not run in parallel: the CRD is everybody's.
+func TestReportWithoutItsResource(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	crds := envtest.CRDInstallOptions{Paths: []string{"../../../config/crd/bases/resilience.fusebox.dev_breakerreports.yaml"}, ErrorIfPathMissing: true}
+	reinstall := func() {
+		if _, err := envtest.InstallCRDs(cfg, crds); err != nil {
+			t.Fatalf("reinstalling the BreakerReport CRD: %v", err)
+		}
+	}
+	must(t, envtest.UninstallCRDs(cfg, crds))
+	t.Cleanup(func() {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := k8sClient.Get(context.Background(), client.ObjectKey{Name: "breakerreports.resilience.fusebox.dev"}, &crd); apierrors.IsNotFound(err) {
+			reinstall()
+		}
+	})
+	eventually(t, 2*propagation, func() error {
+		var crd apiextensionsv1.CustomResourceDefinition
+		err := k8sClient.Get(ctx, client.ObjectKey{Name: "breakerreports.resilience.fusebox.dev"}, &crd)
+		if err == nil {
+			return errors.New("the BreakerReport CRD is still there")
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		return nil
+	})
+
+	ns := newNamespace(t)
+	writeConfigMap(t, ns, map[string]string{"early.json": render(t, "early", 1, testPolicy(), "Pod", nil)})
+	in := startInstance(t, ns, "a", instanceOptions{breakers: []string{"early"}, passUID: true})
+	eventually(t, propagation, func() error {
+		s := in.agent.Stats()
+		if s.Rejected < 1 || !strings.Contains(s.LastWriteError, "not find the requested resource") {
+			return fmt.Errorf("stats %+v: want the missing resource counted as a refusal and named", s)
+		}
+		return nil
+	})
+	in.reg.Get("early").Trip()
+
+	reinstall()
+	eventually(t, 2*propagation, func() error {
+		return memberIs(ns, "early", "a", wantReason(resiliencev1alpha1.StateOpen, breakerconfig.ReasonManual))
+	})
+	idle(t, in.agent)
+	if s := in.agent.Stats(); s.LastWriteError != "" || s.Writes != 1 || s.WriteFailures != s.Rejected {
+		t.Errorf("stats %+v: want one write once the CRD is back, no error left, every failure a refusal", s)
 	}
 }
 

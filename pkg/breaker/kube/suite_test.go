@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
@@ -47,8 +50,11 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// controller-runtime's client is the tests' only; its log is not theirs to read.
+	ctrllog.SetLogger(logr.Discard())
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 	certDir, err := os.MkdirTemp("", "fusebox-kube-envtest-")
 	if err != nil {
 		panic(err)
@@ -364,4 +370,18 @@ func wantReason(state resiliencev1alpha1.State, reason string) func(resiliencev1
 		}
 		return nil
 	}
+}
+
+// idle waits until the agent's writer has nothing left to write: the report it wants is
+// the one the API server accepted. Its Writes count is then complete: the counter moves
+// just after the server answers, so a test that has read the new report may otherwise
+// read the count before it moves.
+func idle(t *testing.T, a *Agent) {
+	t.Helper()
+	eventually(t, propagation, func() error {
+		if _, _, dirty := a.rep.pending(); dirty {
+			return fmt.Errorf("the writer is still busy (stats %+v)", a.Stats())
+		}
+		return nil
+	})
 }
