@@ -161,6 +161,9 @@ func (a *applier) reconcileLocked() {
 			a.rep.configure(b, gen, c.refusal)
 		}
 	}
+	if a.rep != nil {
+		a.rep.flush()
+	}
 }
 
 // fleetVerdict is the verdict a good config carries for this pod to adopt.

@@ -95,7 +95,7 @@ func TestFileSourceFollowsKubeletSwaps(t *testing.T) {
 
 	vol.publish(t, map[string]string{"files.json": `{"name": "files", "generation": 3, "openTimeout": "30s", "window": "10s", "failureRatio": 7}`})
 	eventually(t, propagation, func() error {
-		return memberIs(ns, "files", "a", func(m resiliencev1alpha1.MemberStatus) error {
+		return memberIs(ns, "files", "a", func(m resiliencev1alpha1.BreakerReportEntry) error {
 			if m.ConfigGeneration != 2 || !strings.Contains(m.ConfigError, "failureRatio") {
 				return fmt.Errorf("want generation 2 kept and a configError naming failureRatio")
 			}

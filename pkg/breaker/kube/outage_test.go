@@ -59,6 +59,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	mutations := make([]int64, len(ins))
 	applies := make([]int64, len(ins))
 	for i, in := range ins {
+		idle(t, in.agent)
 		writes[i], mutations[i], applies[i] = in.agent.Stats().Writes, in.mutations.Load(), in.agent.Stats().ConfigApplies
 	}
 	quietUntil := time.Now().Add(steadyQuiet)

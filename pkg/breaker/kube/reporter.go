@@ -178,8 +178,10 @@ func reasonOf(t breaker.Transition) string {
 
 // configure puts b in the report with the given config generation and refusal, and makes
 // sure its entry has a state: a breaker that never moved has had no transition to report
-// one. It must be called without r.mu held, and without any lock OnTransition's callers
-// might hold.
+// one. It does not wake the writer: the applier configures every breaker a config names,
+// then calls flush once, so that one config is one write however many breakers it names.
+// It must be called without r.mu held, and without any lock OnTransition's callers might
+// hold.
 func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr string) {
 	r.mu.Lock()
 	e := r.entry(b.Name())
@@ -211,22 +213,29 @@ func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr str
 		e.want.state = v.State
 		e.want.since = wireTime(v.Since)
 	}
-	r.signal()
 }
 
 // unconfigure takes name out of the report (its CircuitBreaker is gone from the
-// ConfigMap). If it comes back, its entry is written afresh.
+// ConfigMap). If it comes back, its entry is written afresh. Like configure, it leaves
+// waking the writer to flush.
 func (r *reporter) unconfigure(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.entries[name]; ok && e.reported {
+	if e, ok := r.entries[name]; ok {
 		e.reported = false
-		r.signal()
 	}
 }
 
+// flush wakes the writer after configure and unconfigure calls; it writes only if the
+// report changed.
+func (r *reporter) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.signal()
+}
+
 // pending returns the report to write, in name order, and false when the API server
-// already holds it.
+// already holds it, or when nothing was ever written and there is nothing to write.
 func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -240,7 +249,11 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	for i, name := range names {
 		ms[i] = r.entries[name].want
 	}
-	dirty = !r.synced || !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
+	if !r.synced {
+		// Nothing written yet: a pod that reports no breaker has no report to write.
+		return names, ms, len(names) > 0
+	}
+	dirty = !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
 	return names, ms, dirty
 }
 

@@ -1,9 +1,12 @@
 package kube
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,39 +15,119 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-func TestMemberStatus(t *testing.T) {
-	since := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+func TestReportEntry(t *testing.T) {
+	since := time.Date(2026, 3, 4, 5, 6, 7, 891_000_000, time.UTC)
 	long := strings.Repeat("é", 600) // 1200 bytes
 	for _, tc := range []struct {
 		name      string
 		m         member
-		wantState resiliencev1alpha1.State
+		wantState string
 		wantRate  *int32
 		wantCalls *int64
 	}{
-		{"closed without calls", member{state: breaker.Closed, since: since}, "Closed", nil, nil},
-		{"open, two of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 2}, "Open", ptr[int32](67), ptr[int64](3)},
-		{"open, one of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 1}, "Open", ptr[int32](33), ptr[int64](3)},
-		{"half-open", member{state: breaker.HalfOpen, since: since, calls: 20, failures: 20}, "HalfOpen", ptr[int32](100), ptr[int64](20)},
-		{"long refusal", member{state: breaker.Closed, since: since, configErr: truncate(long, maxConfigError), generation: 4}, "Closed", nil, nil},
+		{"closed without calls", member{state: breaker.Closed, since: since, reason: breakerconfig.ReasonStarted}, "Closed", nil, nil},
+		{"open, two of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 2, reason: breakerconfig.ReasonTripped}, "Open", ptr[int32](67), ptr[int64](3)},
+		{"open, one of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 1, reason: breakerconfig.ReasonTripped}, "Open", ptr[int32](33), ptr[int64](3)},
+		{"half-open", member{state: breaker.HalfOpen, since: since, calls: 20, failures: 20, reason: breakerconfig.ReasonTimedOut}, "HalfOpen", ptr[int32](100), ptr[int64](20)},
+		{"long refusal", member{state: breaker.Closed, since: since, configErr: truncate(long, maxConfigError), generation: 4, reason: breakerconfig.ReasonStarted}, "Closed", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms := memberStatus("pod-1", tc.m)
-			if ms.Pod != "pod-1" || ms.State != tc.wantState || !ms.Since.Time.Equal(since) || ms.ConfigGeneration != tc.m.generation {
-				t.Errorf("got %+v", ms)
+			e := reportEntry("payments", tc.m)
+			if e.Name != "payments" || e.State != tc.wantState || !e.Since.Equal(since) || e.Reason != tc.m.reason || e.ConfigGeneration != tc.m.generation {
+				t.Errorf("got %+v", e)
 			}
-			if !eqPtr(ms.FailureRatePercent, tc.wantRate) || !eqPtr(ms.Calls, tc.wantCalls) {
-				t.Errorf("rate %v calls %v, want %v %v", deref(ms.FailureRatePercent), deref(ms.Calls), deref(tc.wantRate), deref(tc.wantCalls))
+			if !eqPtr(e.FailureRatePercent, tc.wantRate) || !eqPtr(e.Calls, tc.wantCalls) {
+				t.Errorf("rate %v calls %v, want %v %v", deref(e.FailureRatePercent), deref(e.Calls), deref(tc.wantRate), deref(tc.wantCalls))
 			}
-			if n := len([]rune(ms.ConfigError)); n > 1024 {
-				t.Errorf("configError of %d characters, over the CRD's 1024", n)
+			if n := len([]rune(e.ConfigError)); n > breakerconfig.MaxConfigErrorSize {
+				t.Errorf("configError of %d characters, over the CRD's %d", n, breakerconfig.MaxConfigErrorSize)
 			}
-			if !strings.HasPrefix(long, strings.TrimSuffix(ms.ConfigError, "…")) {
-				t.Errorf("configError cut inside a character: %q", ms.ConfigError)
+			if !strings.HasPrefix(long, strings.TrimSuffix(e.ConfigError, "…")) {
+				t.Errorf("configError cut inside a character: %q", e.ConfigError)
 			}
 		})
+	}
+}
+
+// TestReportEntryIsTheAPIType holds the pod's Go shape of a report entry and the API
+// type the operator reads together: every field the pod writes has the same name, and
+// reads back the same, in api/v1alpha1.BreakerReportEntry, and the reverse.
+func TestReportEntryIsTheAPIType(t *testing.T) {
+	since := time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC)
+	full := reportEntry("payments-api", member{
+		state: breaker.Open, since: since, reason: breakerconfig.ReasonProbeFailed,
+		calls: 40, failures: 24, generation: 3, configErr: "openTimeout: must be positive",
+	})
+	raw, err := json.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"since":"2026-11-29T21:55:51.123Z"`) {
+		t.Errorf("since not written to the millisecond: %s", raw)
+	}
+	var api resiliencev1alpha1.BreakerReportEntry
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&api); err != nil {
+		t.Fatalf("the API type cannot read what the pod writes: %v\n%s", err, raw)
+	}
+	if !api.Since.Time.Equal(since) {
+		t.Errorf("the API type reads since as %v, want %v", api.Since.Time, since)
+	}
+	back, err := json.Marshal(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again breakerconfig.ReportEntry
+	dec = json.NewDecoder(bytes.NewReader(back))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&again); err != nil {
+		t.Fatalf("the pod's type cannot read the API type: %v\n%s", err, back)
+	}
+	// metav1.Time writes whole seconds (the operator reads since, it never writes it);
+	// everything else must come back as it went.
+	if !again.Since.Equal(since.Truncate(time.Second)) {
+		t.Errorf("since through the API type: %v", again.Since)
+	}
+	again.Since = full.Since
+	if !reflect.DeepEqual(again, full) {
+		t.Errorf("round trip through the API type:\n got %+v\nwant %+v", again, full)
+	}
+}
+
+// TestReasonOf: how each transition is reported, and which of them the fleet counts
+// (DESIGN §5.12).
+func TestReasonOf(t *testing.T) {
+	for _, tc := range []struct {
+		from, to breaker.State
+		cause    breaker.TransitionCause
+		want     string
+		earned   bool
+	}{
+		{breaker.Closed, breaker.Open, breaker.CauseCalls, breakerconfig.ReasonTripped, true},
+		{breaker.HalfOpen, breaker.Open, breaker.CauseCalls, breakerconfig.ReasonProbeFailed, true},
+		{breaker.HalfOpen, breaker.Closed, breaker.CauseCalls, breakerconfig.ReasonProbesSucceeded, true},
+		{breaker.Closed, breaker.Open, breaker.CauseTrip, breakerconfig.ReasonManual, true},
+		{breaker.HalfOpen, breaker.Open, breaker.CauseTrip, breakerconfig.ReasonManual, true},
+		{breaker.Open, breaker.HalfOpen, breaker.CauseTimeout, breakerconfig.ReasonTimedOut, false},
+		{breaker.HalfOpen, breaker.Open, breaker.CauseTimeout, breakerconfig.ReasonTimedOut, false},
+		{breaker.Closed, breaker.Open, breaker.CauseAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Open, breaker.Closed, breaker.CauseAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Closed, breaker.Open, breaker.CauseMode, breakerconfig.ReasonForced, false},
+		{breaker.Open, breaker.Closed, breaker.CauseMode, breakerconfig.ReasonForced, false},
+		// A cause the core may add later is not evidence until it is named.
+		{breaker.Closed, breaker.Open, breaker.TransitionCause(99), breakerconfig.ReasonTimedOut, false},
+	} {
+		got := reasonOf(breaker.Transition{From: tc.from, To: tc.to, Cause: tc.cause})
+		if got != tc.want {
+			t.Errorf("%v → %v by %v: reason %s, want %s", tc.from, tc.to, tc.cause, got, tc.want)
+		}
+		if e := breakerconfig.Earned(wireState(tc.to), got); e != tc.earned {
+			t.Errorf("%v → %v by %v (%s): earned %v, want %v", tc.from, tc.to, tc.cause, got, e, tc.earned)
+		}
 	}
 }
 
@@ -71,7 +154,7 @@ func TestReporterOrdersDeliveries(t *testing.T) {
 	if got := r.entries["x"].want; got.state != breaker.HalfOpen || !got.since.Equal(at.Add(time.Minute)) {
 		t.Errorf("entry %+v, want the later half-open", got)
 	}
-	if len(r.pending()) != 0 || len(r.wake) != 0 {
+	if names, _, _ := r.pending(); len(names) != 0 || len(r.wake) != 0 {
 		t.Error("an unconfigured breaker is to be written")
 	}
 
@@ -133,16 +216,5 @@ func TestConfigNameMustMatchKey(t *testing.T) {
 		"minimumThroughput": 20, "successThreshold": 2, "halfOpenPermittedCalls": 1, "mode": "Enforce", "scope": "Pod"}`
 	if _, err := parse("mine", doc); err == nil || !strings.Contains(err.Error(), "mine.json") {
 		t.Errorf("parse: %v, want a refusal naming the key", err)
-	}
-}
-
-func TestFieldManager(t *testing.T) {
-	if got := fieldManager("web-1"); got != "fusebox-pod-web-1" {
-		t.Errorf("fieldManager(web-1) = %q", got)
-	}
-	long1, long2 := strings.Repeat("a", 200)+"1", strings.Repeat("a", 200)+"2"
-	m1, m2 := fieldManager(long1), fieldManager(long2)
-	if len(m1) != maxFieldManager || m1 == m2 || !strings.HasPrefix(m1, FieldManagerPrefix) {
-		t.Errorf("long pod names: %q, %q", m1, m2)
 	}
 }
