@@ -38,6 +38,9 @@ type fleetDecision struct {
 func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetDecision {
 	quorum := int(int32Or(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent))
 	d := fleetDecision{need: max(1, (quorum*len(members)+99)/100)}
+	// creationTimestamp keeps whole seconds: a state reached in the second the breaker was
+	// created, just before it, still counts. Telling those apart would need the pods to
+	// say which CircuitBreaker (UID) each state was reached under.
 	created := cb.CreationTimestamp.Time
 	var closedAt time.Time
 	settled := true
