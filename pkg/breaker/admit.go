@@ -151,6 +151,7 @@ func (b *Breaker) admitSlow() (ticket, error) {
 		reason = RejectForcedOpen
 	case b.state == HalfOpen && b.probesInFlight < b.policy.HalfOpenPermittedCalls:
 		b.probesInFlight++
+		b.awaitingProbe, b.lastProbeAt = true, now
 		t.recorded = true
 	case b.policy.Mode == ModeMetricsOnly:
 		// Enforce would refuse this call: it runs, and its outcome is not recorded.
@@ -235,6 +236,11 @@ func (b *Breaker) finishSlow(t ticket, o Outcome, err error, panicked bool) {
 	if t.recorded && (o != OutcomeIgnored || t.p.state == HalfOpen) {
 		now := b.now()
 		b.mu.Lock()
+		if t.p.state == HalfOpen && b.state == HalfOpen {
+			// A probe that reports after its half-open period timed out is stale, even
+			// when nothing noticed the time-out before it reported.
+			b.advance(now, &pend)
+		}
 		if t.p.gen == b.gen {
 			recordedAs = b.record(now, o, err, &pend)
 		}

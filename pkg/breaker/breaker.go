@@ -55,6 +55,10 @@ type Breaker struct {
 	probesInFlight int
 	probeCalls     int64
 	probeSuccesses int64
+	// A probe admitted at lastProbeAt has had no outcome after it (awaitingProbe): the
+	// half-open period re-opens OpenTimeout after lastProbeAt (§5.3).
+	awaitingProbe bool
+	lastProbeAt   int64
 }
 
 // New returns a breaker named name, closed (or open, if p.Mode is ModeForcedOpen). A policy
@@ -131,10 +135,11 @@ func (b *Breaker) exactNow() int64 {
 }
 
 // State returns the circuit's state, first moving an open circuit whose timeout has passed
-// to half-open. Under ModeForcedOpen it is Open, under ModeForcedClosed Closed.
+// to half-open, and a half-open one whose probes went unanswered for OpenTimeout back to
+// open. Under ModeForcedOpen it is Open, under ModeForcedClosed Closed.
 func (b *Breaker) State() State {
 	p := b.cur.Load()
-	if p.state != Open || b.now() < p.halfOpenAt {
+	if p.state == Closed || p.state == Open && b.now() < p.halfOpenAt {
 		return p.state
 	}
 	var pend pending

@@ -27,10 +27,12 @@ func (b *Breaker) record(now int64, o Outcome, err error, pend *pending) Outcome
 			b.transition(Open, CauseCalls, c, err, b.exactNow(), now, pend)
 		}
 	case HalfOpen:
-		// Every recorded call admitted while half-open is a probe.
+		// Every recorded call admitted while half-open is a probe. Whatever its outcome,
+		// it is an answer: no probe is leaked now but those that still hold a slot.
 		if b.probesInFlight > 0 {
 			b.probesInFlight--
 		}
+		b.awaitingProbe = false
 		switch o {
 		case OutcomeSuccess:
 			b.probeCalls++
@@ -77,6 +79,7 @@ func (b *Breaker) transition(to State, cause TransitionCause, c Counts, err erro
 		b.openTally = Counts{}
 	}
 	b.probesInFlight, b.probeCalls, b.probeSuccesses = 0, 0, 0
+	b.awaitingProbe = false
 	// Every transition replaces the live bucket, even on opening (whose tally is kept in
 	// openTally): that is what tells the lock-free path its result is stale.
 	b.resetWindow(now)
@@ -91,10 +94,27 @@ func (b *Breaker) openNow(cause TransitionCause, at, now int64, pend *pending) {
 	b.transition(Open, cause, c, nil, at, now, pend)
 }
 
-// advance applies the lazy open → half-open move. Caller holds mu.
+// advance applies the moves that time alone makes, lazily, when a call or a reader next
+// looks (caller holds mu):
+//
+//   - open → half-open, OpenTimeout after the open period started;
+//   - half-open → open, OpenTimeout after the last probe was admitted if no probe outcome
+//     has arrived since (§5.3). A probe whose done is never called (a goroutine that
+//     leaked, a body nobody closed) would otherwise hold its slot for ever, and with every
+//     slot held the circuit would refuse every call for good. Re-opening starts a new open
+//     period, so the next probes come after the usual wait, and the late done is stale. The
+//     transition's cause is CauseTimeout: like open → half-open it is the clock's doing,
+//     not a judgement of calls, so a fleet does not count it as an earned Open.
 func (b *Breaker) advance(now int64, pend *pending) {
-	if b.state == Open && b.policy.Mode != ModeForcedOpen && now >= addSat(b.since, int64(b.policy.OpenTimeout)) {
-		b.transition(HalfOpen, CauseTimeout, b.openTally, nil, b.exactNow(), now, pend)
+	switch b.state {
+	case Open:
+		if b.policy.Mode != ModeForcedOpen && now >= addSat(b.since, int64(b.policy.OpenTimeout)) {
+			b.transition(HalfOpen, CauseTimeout, b.openTally, nil, b.exactNow(), now, pend)
+		}
+	case HalfOpen:
+		if b.awaitingProbe && now >= addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)) {
+			b.transition(Open, CauseTimeout, b.probeCounts(), nil, b.exactNow(), now, pend)
+		}
 	}
 }
 

@@ -10,8 +10,9 @@ type Verdict struct {
 	HalfOpenSuccesses int       // consecutive probe successes so far, when HalfOpen
 }
 
-// Verdict returns the breaker's state and when it was reached, first moving an open circuit
-// whose timeout has passed to half-open, as State does.
+// Verdict returns the breaker's state and when it was reached, first applying the moves
+// time alone makes (open → half-open, and half-open → open over leaked probes), as State
+// does.
 func (b *Breaker) Verdict() Verdict {
 	var pend pending
 	b.mu.Lock()
