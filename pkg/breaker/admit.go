@@ -23,7 +23,7 @@ type period struct {
 	gen   uint64
 	state State
 	admit admitKind
-	// halfOpenAt is the unix ns at which an open circuit goes half-open; MaxInt64 if never
+	// halfOpenAt is when, on the monotonic timeline, an open circuit goes half-open; MaxInt64 if never
 	// (ForcedOpen), which makes a forced-open circuit refuse on the same test as an open one.
 	halfOpenAt int64
 	reject     error // for admitOpenUntil
@@ -47,7 +47,7 @@ func (b *Breaker) publish() {
 	p := &period{b: b, gen: b.gen, state: b.state, halfOpenAt: math.MaxInt64}
 	observed := len(b.callObs) > 0
 	if b.state == Open && b.policy.Mode != ModeForcedOpen {
-		p.halfOpenAt = addSat(b.since, int64(b.policy.OpenTimeout))
+		p.halfOpenAt = addSat(b.sinceMono, int64(b.policy.OpenTimeout))
 	}
 	switch {
 	case observed:

@@ -30,7 +30,7 @@ type Breaker struct {
 
 	// Fixed at New.
 	name      string
-	clock     Clock // nil: the coarse clock
+	clock     *clockReader // nil: the coarse clock
 	isFailure func(error) bool
 	observers []Observer
 	callObs   []CallObserver
@@ -42,12 +42,16 @@ type Breaker struct {
 
 	mu sync.Mutex
 	// guarded by mu:
-	policy         Policy
-	state          State
-	gen            uint64
-	since          int64 // unix ns at which state was reached; for Open, the open period's start
+	policy Policy
+	state  State
+	gen    uint64
+	// When state was reached (for Open, the open period's start): since on the wall clock,
+	// for what leaves the process and for comparing with verdicts from elsewhere, and
+	// sinceMono on the monotonic timeline, for timing the open period (clock.go).
+	since          int64
+	sinceMono      int64
 	changed        bool  // some transition has happened (Adopt's staleness test needs it)
-	openedAt       int64 // unix ns at which the latest open period started
+	openedAt       int64 // wall-clock unix ns at which the latest open period started
 	liveFailures   int64 // failures in the live bucket
 	prevCalls      int64 // the bucket before the live one
 	prevFailures   int64
@@ -55,8 +59,8 @@ type Breaker struct {
 	probesInFlight int
 	probeCalls     int64
 	probeSuccesses int64
-	// A probe admitted at lastProbeAt has had no outcome after it (awaitingProbe): the
-	// half-open period re-opens OpenTimeout after lastProbeAt (§5.3).
+	// A probe admitted at lastProbeAt (monotonic) has had no outcome after it
+	// (awaitingProbe): the half-open period re-opens OpenTimeout after lastProbeAt (§5.3).
 	awaitingProbe bool
 	lastProbeAt   int64
 }
@@ -73,7 +77,6 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 	}
 	b := &Breaker{
 		name:      name,
-		clock:     o.clock,
 		isFailure: o.isFailure,
 		observers: o.observers,
 		errOpen:   &OpenError{Breaker: name, Reason: RejectOpen},
@@ -84,13 +87,17 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 	if b.isFailure == nil {
 		b.isFailure = DefaultIsFailure
 	}
+	if o.clock != nil {
+		b.clock = newClockReader(o.clock)
+	}
 	for _, obs := range o.observers {
 		if co, ok := obs.(CallObserver); ok {
 			b.callObs = append(b.callObs, co)
 		}
 	}
 	now := b.now()
-	b.since = b.exactNow()
+	at := b.exactInstant()
+	b.since, b.sinceMono = at.wall, at.mono
 	if b.policy.Mode == ModeForcedOpen {
 		b.state = Open
 	}
@@ -109,8 +116,9 @@ func (b *Breaker) Policy() Policy {
 	return b.policy
 }
 
-// now reads the clock durations are measured on. It is small enough to inline into the call
-// path: the coarse clock's reading is one atomic load, and everything else is a call.
+// now reads the monotonic timeline durations are measured on (clock.go). It is small
+// enough to inline into the call path: the coarse clock's reading is one atomic load, and
+// everything else is a call.
 func (b *Breaker) now() int64 {
 	if n := atomic.LoadInt64(&coarse.nanos); n != 0 && b.clock == nil {
 		return n
@@ -122,16 +130,16 @@ func (b *Breaker) nowSlow() int64 {
 	if b.clock == nil {
 		return coarse.start()
 	}
-	return b.clock.Now().UnixNano()
+	return b.clock.mono()
 }
 
-// exactNow is for timestamps others read (Transition.At, Verdict.Since), taken only on
-// transitions, where the cost of the wall clock does not matter.
-func (b *Breaker) exactNow() int64 {
+// exactInstant reads both clocks exactly, for transitions, where the cost of time.Now does
+// not matter.
+func (b *Breaker) exactInstant() instant {
 	if b.clock != nil {
-		return b.clock.Now().UnixNano()
+		return b.clock.instant()
 	}
-	return time.Now().UnixNano()
+	return exactInstant()
 }
 
 // State returns the circuit's state, first moving an open circuit whose timeout has passed
@@ -165,7 +173,7 @@ func (b *Breaker) Trip() {
 	var pend pending
 	b.mu.Lock()
 	if m := b.policy.Mode; m != ModeForcedOpen && m != ModeForcedClosed {
-		b.openNow(CauseTrip, b.exactNow(), b.now(), &pend)
+		b.openNow(CauseTrip, b.exactInstant(), b.now(), &pend)
 	}
 	b.mu.Unlock()
 	b.deliver(&pend)
@@ -198,9 +206,9 @@ func (b *Breaker) Update(p Policy) error {
 	}
 	switch {
 	case p.Mode == ModeForcedOpen && b.state != Open:
-		b.openNow(CauseMode, b.exactNow(), now, &pend)
+		b.openNow(CauseMode, b.exactInstant(), now, &pend)
 	case p.Mode == ModeForcedClosed && b.state != Closed:
-		b.transition(Closed, CauseMode, b.counts(now), nil, b.exactNow(), now, &pend)
+		b.transition(Closed, CauseMode, b.counts(now), nil, b.exactInstant(), now, &pend)
 	}
 	b.publish()
 	b.mu.Unlock()

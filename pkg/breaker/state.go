@@ -24,7 +24,7 @@ func (b *Breaker) record(now int64, o Outcome, err error, pend *pending) Outcome
 		}
 		c := b.windowCounts()
 		if c.Calls >= int64(b.policy.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= b.policy.FailureRatio {
-			b.transition(Open, CauseCalls, c, err, b.exactNow(), now, pend)
+			b.transition(Open, CauseCalls, c, err, b.exactInstant(), now, pend)
 		}
 	case HalfOpen:
 		// Every recorded call admitted while half-open is a probe. Whatever its outcome,
@@ -38,11 +38,11 @@ func (b *Breaker) record(now int64, o Outcome, err error, pend *pending) Outcome
 			b.probeCalls++
 			b.probeSuccesses++
 			if b.probeSuccesses >= int64(b.policy.SuccessThreshold) {
-				b.transition(Closed, CauseCalls, b.probeCounts(), nil, b.exactNow(), now, pend)
+				b.transition(Closed, CauseCalls, b.probeCounts(), nil, b.exactInstant(), now, pend)
 			}
 		case OutcomeFailure:
 			c := Counts{Calls: b.probeCalls + 1, Failures: 1, Successes: b.probeSuccesses}
-			b.transition(Open, CauseCalls, c, err, b.exactNow(), now, pend)
+			b.transition(Open, CauseCalls, c, err, b.exactInstant(), now, pend)
 		}
 	}
 	return o
@@ -65,16 +65,18 @@ func (b *Breaker) counts(now int64) Counts {
 }
 
 // transition moves to state to and starts a new state period. Caller holds mu.
-func (b *Breaker) transition(to State, cause TransitionCause, c Counts, err error, at, now int64, pend *pending) {
+// at is when the state is reached (for an adopted verdict, its Since), now the monotonic
+// reading the window restarts from.
+func (b *Breaker) transition(to State, cause TransitionCause, c Counts, err error, at instant, now int64, pend *pending) {
 	from := b.state
 	b.gen++
 	b.state = to
-	b.since = at
+	b.since, b.sinceMono = at.wall, at.mono
 	b.changed = true
 	switch to {
 	case Open:
 		b.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
-		b.openedAt = at
+		b.openedAt = at.wall
 	case Closed:
 		b.openTally = Counts{}
 	}
@@ -84,12 +86,12 @@ func (b *Breaker) transition(to State, cause TransitionCause, c Counts, err erro
 	// openTally): that is what tells the lock-free path its result is stale.
 	b.resetWindow(now)
 	b.publish()
-	pend.add(Transition{Breaker: b.name, From: from, To: to, At: time.Unix(0, at), Counts: c, Err: err, Cause: cause, Period: b.gen})
+	pend.add(Transition{Breaker: b.name, From: from, To: to, At: time.Unix(0, at.wall), Counts: c, Err: err, Cause: cause, Period: b.gen})
 }
 
 // openNow opens the circuit for Trip, a forced mode or Adopt, keeping the tally that
 // opened it. Caller holds mu.
-func (b *Breaker) openNow(cause TransitionCause, at, now int64, pend *pending) {
+func (b *Breaker) openNow(cause TransitionCause, at instant, now int64, pend *pending) {
 	c := b.counts(now)
 	b.transition(Open, cause, c, nil, at, now, pend)
 }
@@ -108,12 +110,12 @@ func (b *Breaker) openNow(cause TransitionCause, at, now int64, pend *pending) {
 func (b *Breaker) advance(now int64, pend *pending) {
 	switch b.state {
 	case Open:
-		if b.policy.Mode != ModeForcedOpen && now >= addSat(b.since, int64(b.policy.OpenTimeout)) {
-			b.transition(HalfOpen, CauseTimeout, b.openTally, nil, b.exactNow(), now, pend)
+		if b.policy.Mode != ModeForcedOpen && now >= addSat(b.sinceMono, int64(b.policy.OpenTimeout)) {
+			b.transition(HalfOpen, CauseTimeout, b.openTally, nil, b.exactInstant(), now, pend)
 		}
 	case HalfOpen:
 		if b.awaitingProbe && now >= addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)) {
-			b.transition(Open, CauseTimeout, b.probeCounts(), nil, b.exactNow(), now, pend)
+			b.transition(Open, CauseTimeout, b.probeCounts(), nil, b.exactInstant(), now, pend)
 		}
 	}
 }

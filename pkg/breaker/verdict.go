@@ -59,16 +59,18 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		return false
 	}
 	now := b.now()
-	since := b.exactNow()
+	// The verdict's Since is wall-clock time; the open period it starts is timed on the
+	// monotonic timeline, placed as long before now as the wall clock says it was.
+	since := b.exactInstant()
 	if !v.Since.IsZero() {
-		since = v.Since.UnixNano()
+		since = since.back(v.Since.UnixNano())
 	}
-	stale := b.changed && since < b.since
+	stale := b.changed && since.wall < b.since
 	switch v.State {
 	case Open:
 		if b.state == Open {
-			if since != b.since {
-				b.since, b.openedAt = since, since
+			if since.wall != b.since {
+				b.since, b.sinceMono, b.openedAt = since.wall, since.mono, since.wall
 				b.publish()
 			}
 			return false
@@ -89,7 +91,7 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		// judged against when this circuit opened, not when it went half-open:
 		// a pod whose own timeout moved it to half-open after the fleet closed
 		// would otherwise wait for traffic to learn what the fleet knows.
-		if b.state == Closed || b.changed && since < b.openedAt {
+		if b.state == Closed || b.changed && since.wall < b.openedAt {
 			return false
 		}
 		b.transition(Closed, CauseAdopted, b.counts(now), nil, since, now, pend)

@@ -141,6 +141,17 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
+// subSat is a - b, saturated.
+func subSat(a, b int64) int64 {
+	if b == math.MinInt64 {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return a - b
+	}
+	return addSat(a, -b)
+}
+
 func mulSat(a, b int64) int64 {
 	if a == 0 || b == 0 {
 		return 0
