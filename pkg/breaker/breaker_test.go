@@ -740,19 +740,20 @@ func TestAdopt(t *testing.T) {
 		clock.Advance(5 * time.Second)
 		wantState(t, b, HalfOpen)
 	})
-	t.Run("HalfOpen only from open, carrying successes", func(t *testing.T) {
-		b, clock, _ := newTestBreaker(t, testPolicy())
+	t.Run("HalfOpen only from open; the probes are its own", func(t *testing.T) {
+		p := testPolicy()
+		p.SuccessThreshold = 2
+		b, clock, _ := newTestBreaker(t, p)
 		if b.Adopt(Verdict{State: HalfOpen, Since: clock.Now()}) {
 			t.Fatal("HalfOpen adopted from closed")
 		}
 		openIt(t, b, clock)
-		if !b.Adopt(Verdict{State: HalfOpen, Since: clock.Now(), HalfOpenSuccesses: 1}) {
+		if !b.Adopt(Verdict{State: HalfOpen, Since: clock.Now()}) {
 			t.Fatal("HalfOpen not adopted from open")
 		}
-		wantCounts(t, b, Counts{Calls: 1, Successes: 1})
-		if v := b.Verdict(); v.State != HalfOpen || v.HalfOpenSuccesses != 1 {
-			t.Fatalf("verdict %+v", v)
-		}
+		wantCounts(t, b, Counts{}) // no successes are carried: counters are never shared
+		doN(t, b, 1, nil)
+		wantState(t, b, HalfOpen)
 		doN(t, b, 1, nil)
 		wantState(t, b, Closed)
 	})

@@ -236,8 +236,6 @@ func (m *refModel) adopt(v Verdict, now int64) bool {
 			return false
 		}
 		m.to(HalfOpen, CauseAdopted, m.openTally, since, now)
-		m.probeSucc = int64(v.HalfOpenSuccesses)
-		m.probeCalls = m.probeSucc
 	case Closed:
 		// Stale only against the open period it would end.
 		if m.state == Closed || m.changed && since < m.openedAt {
@@ -250,11 +248,7 @@ func (m *refModel) adopt(v Verdict, now int64) bool {
 
 func (m *refModel) verdict(now int64) Verdict {
 	m.advance(now)
-	v := Verdict{State: m.state, Since: time.Unix(0, m.since)}
-	if m.state == HalfOpen {
-		v.HalfOpenSuccesses = int(m.probeSucc)
-	}
-	return v
+	return Verdict{State: m.state, Since: time.Unix(0, m.since)}
 }
 
 // modelPolicy draws a valid policy from small values, so that thresholds are reached often.
@@ -396,7 +390,7 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 			m.update(np, now())
 			fmt.Fprintf(&log, "%d update %+v\n", step, np)
 		case k < 95:
-			v := Verdict{State: State(r.IntN(3)), HalfOpenSuccesses: r.IntN(3)}
+			v := Verdict{State: State(r.IntN(3))}
 			switch r.IntN(3) {
 			case 0:
 				v.Since = m.verdict(now()).Since // maybe identical
@@ -436,7 +430,7 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 			if got, want := b.State(), m.verdict(now()).State; got != want {
 				fail("step %d: State = %v, model %v", step, got, want)
 			}
-			if got, want := b.Verdict(), m.verdict(now()); got.State != want.State || !got.Since.Equal(want.Since) || got.HalfOpenSuccesses != want.HalfOpenSuccesses {
+			if got, want := b.Verdict(), m.verdict(now()); got.State != want.State || !got.Since.Equal(want.Since) {
 				fail("step %d: Verdict = %+v, model %+v", step, got, want)
 			}
 		}

@@ -3,11 +3,12 @@ package breaker
 import "time"
 
 // Verdict is what processes share about a breaker: its state and when that was reached,
-// never its counters.
+// never its counters (§5.10). Not even the half-open probe successes: each process needs
+// SuccessThreshold successes of its own, and the first to get them closes the circuit for
+// all with a Closed verdict.
 type Verdict struct {
-	State             State
-	Since             time.Time // when State was reached; for Open, the start of the open period
-	HalfOpenSuccesses int       // consecutive probe successes so far, when HalfOpen
+	State State
+	Since time.Time // when State was reached; for Open, the start of the open period
 }
 
 // Verdict returns the breaker's state and when it was reached, first applying the moves
@@ -18,9 +19,6 @@ func (b *Breaker) Verdict() Verdict {
 	b.mu.Lock()
 	b.advance(b.now(), &pend)
 	v := Verdict{State: b.state, Since: time.Unix(0, b.since)}
-	if b.state == HalfOpen {
-		v.HalfOpenSuccesses = int(b.probeSuccesses)
-	}
 	b.mu.Unlock()
 	b.deliver(&pend)
 	return v
@@ -32,7 +30,8 @@ func (b *Breaker) Verdict() Verdict {
 //   - Open: the circuit is open, its open period starting at v.Since, from any state; if it
 //     is already open, v.Since replaces the local start (and the state does not change). It
 //     goes half-open by itself OpenTimeout after v.Since, with its own local probe cap.
-//   - HalfOpen: from Open only, moves to half-open with v.HalfOpenSuccesses carried over.
+//   - HalfOpen: from Open only, moves to half-open, where it probes with its own cap and
+//     counts its own probe successes from zero.
 //   - Closed: from Open or HalfOpen, closes, clearing the window, unless v.Since is
 //     earlier than the start of the local open period (a verdict about an older outage).
 //     A circuit that went half-open by its own timeout after the verdict was reached
@@ -84,8 +83,6 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 			return false
 		}
 		b.transition(HalfOpen, CauseAdopted, b.openTally, nil, since, now, pend)
-		b.probeSuccesses = int64(max(v.HalfOpenSuccesses, 0))
-		b.probeCalls = b.probeSuccesses
 	case Closed:
 		// A closed verdict ends every open period that started before it. It is
 		// judged against when this circuit opened, not when it went half-open:

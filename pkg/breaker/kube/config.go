@@ -175,5 +175,5 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 }
 
 func sameVerdict(a, b breaker.Verdict) bool {
-	return a.State == b.State && a.Since.Equal(b.Since) && a.HalfOpenSuccesses == b.HalfOpenSuccesses
+	return a.State == b.State && a.Since.Equal(b.Since)
 }

@@ -45,8 +45,6 @@ func (s *Store) reconcile(bd *binding, r readResult) {
 			// The local verdict moved without a transition reaching the store (a breaker
 			// created without the store as its observer).
 			s.publish(bd)
-		} else if r.v.hos > bd.shared.hos {
-			s.adopt(bd, r.v)
 		}
 	default:
 		// Redis holds an older epoch than this process has seen: it lost data. Write
@@ -144,7 +142,7 @@ func (s *Store) publish(bd *binding) {
 	expect := bd.known
 	for range 3 {
 		res, err := s.runScript(casScript, bd.key,
-			format, expect, local.State.String(), encodeSince(local.Since), local.HalfOpenSuccesses,
+			format, expect, local.State.String(), encodeSince(local.Since), 0,
 			s.cfg.ttl.Milliseconds(), s.cfg.channel, s.writer)
 		if err != nil {
 			bd.unsynced = true
@@ -157,14 +155,8 @@ func (s *Store) publish(bd *binding) {
 		case "ok":
 			s.published.Add(1)
 			bd.known, bd.shared, bd.has = res.v.epoch, res.v, true
-			if local.State == breaker.HalfOpen {
-				bd.hosSince, bd.localHOS = local.Since, local.HalfOpenSuccesses
-			}
 			s.clearGarbage(bd.key)
 			s.fanOut(bd, res.v)
-			if res.v.state == breaker.HalfOpen {
-				s.startProbing()
-			}
 			return
 		case "garbage":
 			s.reportGarbage(bd.key, res.garbage)
@@ -200,13 +192,6 @@ func (s *Store) adopt(bd *binding, v shared) {
 	if !bd.refused {
 		s.adopted.Add(1)
 	}
-	if lv.State == breaker.HalfOpen && !lv.Since.Equal(bd.hosSince) {
-		// A new local half-open period, whose successes so far came with the verdict.
-		bd.hosSince, bd.localHOS = lv.Since, lv.HalfOpenSuccesses
-	}
-	if v.state == breaker.HalfOpen {
-		s.startProbing()
-	}
 }
 
 // offer applies a verdict announced on the channel, or written by a sibling binding, when it
@@ -215,11 +200,7 @@ func (s *Store) offer(bd *binding, v shared) {
 	if bd.queued.Load() || bd.unsynced || !bd.read {
 		return // its publish, or first read, will meet this verdict in Redis
 	}
-	switch {
-	case v.epoch > bd.known:
-		s.adopt(bd, v)
-	case v.epoch == bd.known && bd.has && v.state == breaker.HalfOpen &&
-		bd.shared.state == breaker.HalfOpen && v.since.Equal(bd.shared.since) && v.hos > bd.shared.hos:
+	if v.epoch > bd.known {
 		s.adopt(bd, v)
 	}
 }

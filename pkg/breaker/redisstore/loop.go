@@ -25,19 +25,9 @@ func (s *Store) loop() {
 
 	poll := time.NewTicker(s.cfg.pollInterval)
 	defer poll.Stop()
-	probe := time.NewTicker(probeInterval)
-	probe.Stop()
-	probeOn := false
 
 	s.pollAll()
 	for {
-		s.mu.Lock()
-		wantProbe := s.probing
-		s.mu.Unlock()
-		if wantProbe && !probeOn {
-			probe.Reset(probeInterval)
-			probeOn = true
-		}
 		select {
 		case <-s.ctx.Done():
 			return
@@ -61,11 +51,6 @@ func (s *Store) loop() {
 		case <-poll.C:
 			s.scanRegistries()
 			s.pollAll()
-		case <-probe.C:
-			if !s.syncProbes() {
-				probe.Stop()
-				probeOn = false
-			}
 		}
 	}
 }
@@ -237,7 +222,7 @@ func (s *Store) receive(payload string) {
 	news := false
 	for _, bd := range bds {
 		// Skip the read for what this store wrote itself, or already knows.
-		news = news || v.epoch > bd.known || v.epoch == bd.known && v.hos > bd.shared.hos
+		news = news || v.epoch > bd.known
 	}
 	if !news {
 		return

@@ -26,12 +26,6 @@ const (
 	DefaultOpTimeout    = time.Second
 )
 
-// probeInterval is how often the local half-open success counts are added to the shared
-// ones while some breaker is half-open. Successes are not transitions, so no observer call
-// announces them, and counting them per call would put the store on the call path; half-open
-// periods are short and rare, so sampling them is the cheaper trade.
-const probeInterval = 20 * time.Millisecond
-
 // ErrClosed is returned by Attach on a closed Store.
 var ErrClosed = errors.New("redisstore: store closed")
 
@@ -89,8 +83,8 @@ type Stats struct {
 	LastError error
 }
 
-// Store shares the verdicts of breakers between processes through Redis: the state, when
-// it was reached and the half-open successes counted so far, never the window's counters.
+// Store shares the verdicts of breakers between processes through Redis: the state and when
+// it was reached, never counters (neither the window's nor the half-open probes').
 //
 // A breaker takes part when it is created with [breaker.WithObserver](store) and attached
 // with [Store.Attach] (or [Store.NewBreaker], [Store.AttachRegistry]). Its transitions are
@@ -118,7 +112,6 @@ type Store struct {
 	registries []registration        // guarded by mu
 	pending    []*binding            // guarded by mu; a binding is in it at most once (binding.queued)
 	unknown    map[string]struct{}   // guarded by mu; names that transitioned before being attached
-	probing    bool                  // guarded by mu; some breaker went half-open: sample probe counts
 
 	health                        atomic.Int32 // healthUnknown, healthUp, healthDown
 	errs, outages, garbage        atomic.Uint64
@@ -153,10 +146,6 @@ type binding struct {
 	known    uint64 // epoch of the last shared verdict seen or written; 0: none
 	shared   shared // that verdict, when has
 	has      bool
-	// The local half-open period (by its start) and how many of its successes are already
-	// counted in the shared verdict.
-	hosSince time.Time
-	localHOS int
 }
 
 var _ breaker.Observer = (*Store)(nil)
@@ -329,9 +318,6 @@ func (s *Store) OnTransition(t breaker.Transition) {
 		if !bd.queued.Swap(true) {
 			s.pending = append(s.pending, bd)
 		}
-	}
-	if t.To == breaker.HalfOpen {
-		s.probing = true
 	}
 	s.mu.Unlock()
 	s.signal()

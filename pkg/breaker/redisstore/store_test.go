@@ -317,8 +317,10 @@ func TestStaleViewAdopts(t *testing.T) {
 	}
 }
 
-// TestHalfOpenSuccessesShared: the success threshold counts the probes of every process.
-func TestHalfOpenSuccessesShared(t *testing.T) {
+// TestProbesNotShared: counters are never shared (DESIGN.md §5.10), the half-open probe
+// successes included. Each process needs SuccessThreshold successes of its own; the first
+// that gets them closes the circuit for all.
+func TestProbesNotShared(t *testing.T) {
 	srv := startRedis(t)
 	prefix := freeKey(t)
 	p := testPolicy()
@@ -330,7 +332,7 @@ func TestHalfOpenSuccessesShared(t *testing.T) {
 	ready(t, one)
 	ready(t, other)
 
-	// Both open on a period that started an hour ago: both due for half-open.
+	// Both open on a period that started long ago: both due for half-open.
 	c := srv.Client()
 	openedAt := time.Now().Add(-2 * p.OpenTimeout)
 	c.HSet(context.Background(), prefix+"k", "format", format, "epoch", "1", "state", "open",
@@ -340,18 +342,37 @@ func TestHalfOpenSuccessesShared(t *testing.T) {
 	eventually(t, 2*time.Second, "both adopt the open period", func() bool {
 		return a.Verdict().State != breaker.Closed && b.Verdict().State != breaker.Closed
 	})
-	// One probe success each: neither reaches the threshold alone.
+	// a goes half-open with its first probe, and shares that; b follows into half-open.
 	if err := a.Execute(context.Background(), succeed); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "a's success reaches Redis", func() bool {
-		return stored(t, c, prefix+"k")["hos"] == "1"
+	eventually(t, 2*time.Second, "b adopts the half-open period", func() bool {
+		return b.State() == breaker.HalfOpen
 	})
 	if err := b.Execute(context.Background(), succeed); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "the fleet's two successes close both", func() bool {
-		return a.State() == breaker.Closed && b.State() == breaker.Closed
+	// Two successes in the fleet, one in each process: neither has reached the threshold.
+	settle(t, one)
+	settle(t, other)
+	if sa, sb := a.State(), b.State(); sa != breaker.HalfOpen || sb != breaker.HalfOpen {
+		t.Fatalf("states %v and %v after one probe success each, want both half-open", sa, sb)
+	}
+	if got := stored(t, c, prefix+"k"); got["state"] != "half_open" || got["hos"] != "0" {
+		t.Fatalf("stored %v, want half_open with no count", got)
+	}
+	if ca, cb := a.Counts(), b.Counts(); ca.Successes != 1 || cb.Successes != 1 {
+		t.Fatalf("counts %+v and %+v, want each process's own one success", ca, cb)
+	}
+	// a's second success closes a, and its Closed verdict closes b.
+	if err := a.Execute(context.Background(), succeed); err != nil {
+		t.Fatal(err)
+	}
+	if a.State() != breaker.Closed {
+		t.Fatalf("a is %v after two probe successes", a.State())
+	}
+	eventually(t, 2*time.Second, "b adopts the Closed verdict", func() bool {
+		return b.State() == breaker.Closed
 	})
 	if got := stored(t, c, prefix+"k"); got["state"] != "closed" {
 		t.Errorf("stored %v", got)
