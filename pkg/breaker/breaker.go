@@ -99,7 +99,11 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 	at := b.exactInstant()
 	b.since, b.sinceMono = at.wall, at.mono
 	if b.policy.Mode == ModeForcedOpen {
+		// Created forced open, the circuit has an open period from now on (§5.7), and
+		// Adopt must judge verdicts against it as it would had Update forced it open:
+		// a Closed verdict from before it is about an older outage.
 		b.state = Open
+		b.changed, b.openedAt = true, at.wall
 	}
 	b.resetWindow(now)
 	b.publish()

@@ -802,6 +802,62 @@ func TestAdopt(t *testing.T) {
 		}
 		wantState(t, b, Closed)
 	})
+	t.Run("a verdict from the future counts as reached now", func(t *testing.T) {
+		b, clock, rec := newTestBreaker(t, testPolicy())
+		now := clock.Now()
+		ahead := Verdict{State: Open, Since: now.Add(time.Hour)}
+		if !b.Adopt(ahead) {
+			t.Fatal("not adopted")
+		}
+		if v := b.Verdict(); !v.Since.Equal(now) {
+			t.Fatalf("open since %v, want clamped to %v", v.Since, now)
+		}
+		if tr := rec.takeTransitions(); len(tr) != 1 || !tr[0].At.Equal(now) {
+			t.Fatalf("transitions = %+v", tr)
+		}
+		// Delivered again later, it does not restart the open period.
+		clock.Advance(20 * time.Second)
+		if b.Adopt(ahead) {
+			t.Fatal("a repeated verdict changed the state")
+		}
+		clock.Advance(10*time.Second - 1)
+		wantState(t, b, Open)
+		clock.Advance(1)
+		wantState(t, b, HalfOpen) // OpenTimeout after this pod's now, not after the future
+	})
+	t.Run("a verdict from the future does not re-time a running open period", func(t *testing.T) {
+		b, clock, _ := newTestBreaker(t, testPolicy())
+		opened := openIt(t, b, clock)
+		clock.Advance(10 * time.Second)
+		b.Adopt(Verdict{State: Open, Since: clock.Now().Add(time.Minute)})
+		if v := b.Verdict(); !v.Since.Equal(opened) {
+			t.Fatalf("open since %v, want %v", v.Since, opened)
+		}
+		clock.Advance(20 * time.Second)
+		wantState(t, b, HalfOpen)
+	})
+	t.Run("created forced open, then enforcing: a Closed verdict from before is refused", func(t *testing.T) {
+		p := testPolicy()
+		p.Mode = ModeForcedOpen
+		b, clock, _ := newTestBreaker(t, p)
+		created := clock.Now()
+		clock.Advance(10 * time.Second)
+		if err := b.Update(testPolicy()); err != nil {
+			t.Fatal(err)
+		}
+		if b.Adopt(Verdict{State: Closed, Since: created.Add(-time.Second)}) {
+			t.Fatal("a Closed verdict older than the forced open period closed it")
+		}
+		wantState(t, b, Open)
+		if v := b.Verdict(); !v.Since.Equal(created) {
+			t.Fatalf("open since %v, want %v", v.Since, created)
+		}
+		// A Closed verdict reached during this open period ends it.
+		if !b.Adopt(Verdict{State: Closed, Since: created.Add(time.Second)}) {
+			t.Fatal("a Closed verdict about this open period was refused")
+		}
+		wantState(t, b, Closed)
+	})
 	t.Run("a fresh breaker adopts an open period that began before it existed", func(t *testing.T) {
 		b, clock, _ := newTestBreaker(t, testPolicy())
 		if !b.Adopt(Verdict{State: Open, Since: clock.Now().Add(-time.Second)}) {

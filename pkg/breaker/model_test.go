@@ -49,6 +49,7 @@ func newRefModel(p Policy, now int64) *refModel {
 	m := &refModel{p: p.withDefaults(), since: now}
 	if m.p.Mode == ModeForcedOpen {
 		m.state = Open
+		m.changed, m.openedAt = true, now
 	}
 	m.hi = floorDiv(now, int64(m.p.Window))
 	return m
@@ -220,11 +221,17 @@ func (m *refModel) adopt(v Verdict, now int64) bool {
 		return false
 	}
 	since := v.Since.UnixNano()
+	future := since > now
+	if future {
+		since = now // a verdict from the future counts as reached now
+	}
 	stale := m.changed && since < m.since
 	switch v.State {
 	case Open:
 		if m.state == Open {
-			m.since, m.openedAt = since, since
+			if !future { // and never re-times an open period already running
+				m.since, m.openedAt = since, since
+			}
 			return false
 		}
 		if stale {
@@ -391,12 +398,14 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 			fmt.Fprintf(&log, "%d update %+v\n", step, np)
 		case k < 95:
 			v := Verdict{State: State(r.IntN(3))}
-			switch r.IntN(3) {
+			switch r.IntN(4) {
 			case 0:
 				v.Since = m.verdict(now()).Since // maybe identical
 				b.Verdict()
 			case 1:
 				v.Since = clock.Now().Add(-time.Duration(r.Int64N(int64(15 * time.Second))))
+			case 2:
+				v.Since = clock.Now().Add(time.Duration(1 + r.Int64N(int64(15*time.Second)))) // a clock ahead
 			default:
 				v.Since = clock.Now()
 			}

@@ -43,7 +43,10 @@ func (b *Breaker) Verdict() Verdict {
 // sent back to an open period that already ended. Under ModeForcedOpen or ModeForcedClosed the mode wins and
 // Adopt does nothing. An identical verdict is a no-op. A transition Adopt causes is
 // delivered to observers with Cause CauseAdopted, so that stores do not echo it back. A zero
-// v.Since means now.
+// v.Since means now, and so does a v.Since later than this process's now (§5.12): a clock
+// that runs ahead elsewhere must not hold this circuit open past OpenTimeout. Such a
+// verdict never re-times an open period already running, or every repeated delivery would
+// restart it.
 func (b *Breaker) Adopt(v Verdict) bool {
 	var pend pending
 	b.mu.Lock()
@@ -61,14 +64,19 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 	// The verdict's Since is wall-clock time; the open period it starts is timed on the
 	// monotonic timeline, placed as long before now as the wall clock says it was.
 	since := b.exactInstant()
+	future := false
 	if !v.Since.IsZero() {
-		since = since.back(v.Since.UnixNano())
+		if w := v.Since.UnixNano(); w <= since.wall {
+			since = since.back(w)
+		} else {
+			future = true
+		}
 	}
 	stale := b.changed && since.wall < b.since
 	switch v.State {
 	case Open:
 		if b.state == Open {
-			if since.wall != b.since {
+			if !future && since.wall != b.since {
 				b.since, b.sinceMono, b.openedAt = since.wall, since.mono, since.wall
 				b.publish()
 			}
