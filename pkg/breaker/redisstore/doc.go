@@ -11,10 +11,11 @@
 //
 // # Consistency
 //
-// A verdict is stored in a hash under prefix+key with an epoch that grows by one with every
-// shared state change. A process publishes by a compare-and-set done in a Lua script: it
-// succeeds only if the process's view is current (the epoch it last knew is at least the
-// stored one), and writes epoch+1. Two processes that trip on the same view therefore
+// A verdict is stored in a hash under prefix + application + ":" + key (see
+// [WithApplication]: two programs on one Redis that both name a breaker "db" do not share
+// by accident) with an epoch that grows by one with every shared state change. A process
+// publishes by a compare-and-set done in a Lua script: it succeeds only if the process's
+// view is current (the epoch it last knew is at least the stored one), and writes epoch+1. Two processes that trip on the same view therefore
 // produce one open period: the first write wins and the second gets the winner's verdict
 // back and adopts it. A process acting on an outdated view can never overwrite a newer
 // verdict.

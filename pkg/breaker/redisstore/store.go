@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,8 @@ type Option func(*config)
 
 type config struct {
 	prefix       string
+	application  string
+	appSet       bool // WithApplication was given, even with ""
 	channel      string
 	ttl          time.Duration
 	pollInterval time.Duration
@@ -42,11 +45,56 @@ type config struct {
 }
 
 // WithPrefix sets the prefix of every key the store writes ([DefaultPrefix] by default).
-// Processes share a verdict when they use the same prefix and key.
+// Keys are prefix + application + ":" + key (see [WithApplication]); processes share a
+// verdict when the three are the same.
 func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
+// WithApplication names the application whose breakers the store shares. It is part of
+// every key, prefix + application + ":" + key, so that two applications on one Redis that
+// both name a breaker "db" do not share a verdict by accident, and of the default channel.
+// By default it is the program's name (the base name of its executable), after the
+// namespace and a slash when it runs in a Kubernetes pod ("shop/checkout"): replicas of one
+// program share, other programs and other namespaces do not. Set it when that is not the
+// application's identity, for example when every image's entrypoint is called "/app".
+// WithApplication("") leaves it out of the keys, which are then prefix + key.
+func WithApplication(name string) Option {
+	return func(c *config) { c.application, c.appSet = name, true }
+}
+
+// DefaultApplication is the application a store names in its keys without
+// [WithApplication]: the program's name, after "<namespace>/" inside a Kubernetes pod. The
+// namespace is read from the POD_NAMESPACE environment variable (commonly set from the
+// downward API), or else from the pod's service account.
+func DefaultApplication() string {
+	name := ""
+	if exe, err := os.Executable(); err == nil {
+		name = filepath.Base(exe)
+	} else if len(os.Args) > 0 {
+		name = filepath.Base(os.Args[0])
+	}
+	if ns := podNamespace(); ns != "" {
+		return ns + "/" + name
+	}
+	return name
+}
+
+// serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // WithChannel sets the pub/sub channel verdicts are announced on; by default it is the
-// prefix without its trailing colon ("fusebox:verdict").
+// key prefix, application included, without its trailing colon
+// ("fusebox:verdict:shop/checkout").
 func WithChannel(channel string) Option { return func(c *config) { c.channel = channel } }
 
 // WithTTL sets how long a shared verdict outlives its last change ([DefaultTTL]). Keep it
@@ -174,6 +222,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	case cfg.opTimeout <= 0:
 		return nil, fmt.Errorf("redisstore: operation timeout %v is not positive", cfg.opTimeout)
 	}
+	if !cfg.appSet {
+		cfg.application = DefaultApplication()
+	}
+	if cfg.application != "" {
+		// From here on, prefix is everything a key starts with.
+		cfg.prefix += cfg.application + ":"
+	}
 	if cfg.channel == "" {
 		cfg.channel = strings.TrimSuffix(cfg.prefix, ":")
 		if cfg.channel == "" {
@@ -236,8 +291,12 @@ func (s *Store) Attach(b *breaker.Breaker, key string) error {
 	return nil
 }
 
+// Key returns the Redis key the store keeps a breaker's verdict under when it is attached
+// under key: the prefix, the application and key.
+func (s *Store) Key(key string) string { return s.cfg.prefix + key }
+
 func (s *Store) attachLocked(b *breaker.Breaker, key string) {
-	bd := &binding{b: b, key: s.cfg.prefix + key}
+	bd := &binding{b: b, key: s.Key(key)}
 	s.byName[b.Name()] = bd
 	s.byKey[bd.key] = append(s.byKey[bd.key], bd)
 	bd.queued.Store(true)

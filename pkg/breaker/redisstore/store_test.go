@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -473,7 +475,7 @@ func TestOptions(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("nil client accepted")
 	}
-	s, err := New(c, WithPrefix("app:cb:"))
+	s, err := New(c, WithPrefix("app:cb:"), WithApplication(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,4 +562,63 @@ func TestKeyPrefixAndTTL(t *testing.T) {
 	if got := stored(t, c, prefix+"orders"); got["state"] != "open" || got["by"] == "" {
 		t.Errorf("stored %v", got)
 	}
+}
+
+// TestApplicationInKeys: two applications on one Redis that both name a breaker "db" do not
+// share a verdict (issue 11); by default the application is the program's name.
+func TestApplicationInKeys(t *testing.T) {
+	srv := startRedis(t)
+	prefix := freeKey(t)
+	billing := newStore(t, srv, prefix, WithApplication("billing"))
+	shipping := newStore(t, srv, prefix, WithApplication("shipping"))
+	a := mustBreaker(t, billing, "db", "db", testPolicy())
+	b := mustBreaker(t, shipping, "db", "db", testPolicy())
+	ready(t, billing)
+	ready(t, shipping)
+	trip(t, a, 5)
+	settle(t, billing)
+	c := srv.Client()
+	if got := stored(t, c, prefix+"billing:db"); got["state"] != "open" {
+		t.Fatalf("billing's verdict: %v", got)
+	}
+	// shipping polls every 100 ms: give it a few polls to (wrongly) pick the verdict up.
+	time.Sleep(300 * time.Millisecond)
+	settle(t, shipping)
+	if s := b.State(); s != breaker.Closed {
+		t.Fatalf("shipping's db is %v: it took billing's verdict", s)
+	}
+	if n := c.Exists(context.Background(), prefix+"shipping:db").Val(); n != 0 {
+		t.Fatal("shipping wrote a verdict it never reached")
+	}
+	if billing.cfg.channel == shipping.cfg.channel {
+		t.Errorf("both announce on %q", billing.cfg.channel)
+	}
+
+	t.Run("default", func(t *testing.T) {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Skip("no executable path on this platform:", err)
+		}
+		t.Setenv("POD_NAMESPACE", "")
+		s, err := New(c, WithPrefix("p:"), WithLogger(quietLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if got, want := s.Key("db"), "p:"+filepath.Base(exe)+":db"; got != want {
+			t.Errorf("key %q, want %q", got, want)
+		}
+		t.Setenv("POD_NAMESPACE", "shop")
+		s2, err := New(c, WithLogger(quietLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		if got, want := s2.Key("db"), DefaultPrefix+"shop/"+filepath.Base(exe)+":db"; got != want {
+			t.Errorf("key in a pod %q, want %q", got, want)
+		}
+		if got, want := s2.cfg.channel, DefaultPrefix+"shop/"+filepath.Base(exe); got != want {
+			t.Errorf("channel %q, want %q", got, want)
+		}
+	})
 }
