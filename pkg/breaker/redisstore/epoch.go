@@ -76,9 +76,9 @@ func forced(b *breaker.Breaker) bool {
 	return m == breaker.ModeForcedOpen || m == breaker.ModeForcedClosed
 }
 
-// casResult is the reply of both scripts.
+// casResult is the reply of the compare-and-set script.
 type casResult struct {
-	status  string // ok, conflict, garbage, none
+	status  string // ok, conflict, garbage
 	v       shared
 	garbage string
 }
@@ -105,8 +105,6 @@ func (s *Store) runScript(sc *redis.Script, key string, args ...any) (casResult,
 		if len(strs) > 1 {
 			res.garbage = "holds " + strs[1]
 		}
-		return res, nil
-	case "none":
 		return res, nil
 	case "ok", "conflict":
 		if len(strs) != 5 {
