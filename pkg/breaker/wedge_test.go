@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -274,5 +275,42 @@ func TestLeakedProbe(t *testing.T) {
 		if got, _ := r.Lookup("db"); got.State() != Open {
 			t.Fatalf("state %v, want re-opened", got.State())
 		}
+	})
+}
+
+// TestProbeThatNeverReturns: a probe whose function panics or calls runtime.Goexit (t.FailNow
+// in a test) still gives its slot back; only a done that is never called at all needs the
+// time-out of TestLeakedProbe.
+func TestProbeThatNeverReturns(t *testing.T) {
+	t.Run("runtime.Goexit frees the slot and counts as neither", func(t *testing.T) {
+		b, clock, _ := newTestBreaker(t, testPolicy())
+		openIt(t, b, clock)
+		clock.Advance(30 * time.Second)
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			_ = b.Execute(context.Background(), func(context.Context) error {
+				runtime.Goexit()
+				return nil
+			})
+		}()
+		<-exited
+		wantState(t, b, HalfOpen)
+		wantCounts(t, b, Counts{})
+		doN(t, b, 2, nil) // the slot is free: two probes in a row close it
+		wantState(t, b, Closed)
+	})
+	t.Run("a panic is a failed probe", func(t *testing.T) {
+		b, clock, _ := newTestBreaker(t, testPolicy())
+		openIt(t, b, clock)
+		clock.Advance(30 * time.Second)
+		func() {
+			defer func() { _ = recover() }()
+			_ = b.Execute(context.Background(), func(context.Context) error { panic("probe bug") })
+		}()
+		wantState(t, b, Open)
+		clock.Advance(30 * time.Second)
+		doN(t, b, 2, nil)
+		wantState(t, b, Closed)
 	})
 }

@@ -20,7 +20,7 @@ const sealed = math.MinInt64 // sign bit of a stripe's count: the bucket is reti
 type liveBucket struct {
 	gen        uint64 // the state period the bucket belongs to
 	idx        int64  // floor(start / window)
-	start, end int64  // unix ns, [start, end)
+	start, end int64  // on the monotonic timeline (clock.go), [start, end)
 	_          [64]byte
 	// The count of calls is striped over cache lines, so that goroutines on different cores
 	// do not take turns owning one line: under RunParallel on two cores one shared counter
