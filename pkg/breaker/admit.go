@@ -23,8 +23,9 @@ type period struct {
 	gen   uint64
 	state State
 	admit admitKind
-	// halfOpenAt is when, on the monotonic timeline, an open circuit goes half-open; MaxInt64 if never
-	// (ForcedOpen), which makes a forced-open circuit refuse on the same test as an open one.
+	// halfOpenAt is when, on the monotonic timeline, an open circuit goes half-open;
+	// MaxInt64 if never (ForcedOpen), which makes a forced-open circuit refuse on the same
+	// test as an open one.
 	halfOpenAt int64
 	reject     error // for admitOpenUntil
 	// done funcs handed out by Allow, built once per period so that Allow allocates nothing.
