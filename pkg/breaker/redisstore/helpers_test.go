@@ -35,10 +35,11 @@ func testPolicy() breaker.Policy {
 }
 
 // newStore starts a store on its own client, as a separate process would have, and closes
-// it when the test ends.
+// it when the test ends. Its keys are prefix + key: each test's own prefix is its
+// application (TestApplicationInKeys covers the default).
 func newStore(t testing.TB, srv *redisServer, prefix string, opts ...Option) *Store {
 	t.Helper()
-	opts = append([]Option{WithPrefix(prefix), WithPollInterval(100 * time.Millisecond),
+	opts = append([]Option{WithPrefix(prefix), WithApplication(""), WithPollInterval(100 * time.Millisecond),
 		WithOpTimeout(300 * time.Millisecond), WithLogger(quietLogger(t))}, opts...)
 	s, err := New(srv.Client(), opts...)
 	if err != nil {
