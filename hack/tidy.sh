@@ -2,10 +2,10 @@
 # Runs `go mod tidy` in each module of the workspace (go.work), or in the module
 # directories given as arguments. go mod tidy works on one module and ignores go.work,
 # and a module requires its unpublished siblings at a version no proxy serves, so each
-# module is tidied in a scratch copy of its go.mod in which the other workspace modules
-# are replaced by their directories; go.mod and go.sum are then written back without
-# those replace directives. Once the siblings are tagged and required at their tags,
-# plain `GOWORK=off go mod tidy` does the same.
+# module is tidied in a scratch copy of its go.mod in which that version of the other
+# workspace modules is replaced by their directories; go.mod and go.sum are then written
+# back without those replace directives. Once the siblings are tagged and required at
+# their tags, plain `GOWORK=off go mod tidy` does the same.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -15,6 +15,8 @@ if (($# == 0)); then
 fi
 
 root=github.com/fusebox-dev/fusebox
+# Only this version is replaced: a sibling required at a tag is resolved like any module.
+placeholder=v0.0.0-00010101000000-000000000000
 status=0
 tmp="$(mktemp -d)"
 trap 'rm -rf "${tmp}"' EXIT
@@ -28,8 +30,8 @@ for dir in "$@"; do
 	for m in "${mods[@]}"; do
 		path="${m%% *}"
 		[[ "${path}" == "${self}" ]] && continue
-		go mod edit -replace="${path}=${m#* }" "${tmp}/go.mod"
-		replaced+=(-dropreplace="${path}")
+		go mod edit -replace="${path}@${placeholder}=${m#* }" "${tmp}/go.mod"
+		replaced+=(-dropreplace="${path}@${placeholder}")
 	done
 	echo "go mod tidy: ${self}" >&2
 	(cd "${dir}" && GOWORK=off go mod tidy -modfile="${tmp}/go.mod")

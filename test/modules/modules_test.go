@@ -23,7 +23,8 @@ import (
 const (
 	core = "github.com/fusebox-dev/fusebox/pkg/breaker"
 	kube = "github.com/fusebox-dev/fusebox/pkg/breaker/kube"
-	// The version a scratch module requires; its replace directive points it at this tree.
+	// The version at which modules of this tree require their untagged siblings (go.work
+	// maps it to their directories), and at which a scratch module requires them.
 	unpublished = "v0.0.0-00010101000000-000000000000"
 )
 
@@ -228,8 +229,9 @@ func TestWorkspaceBuildsTheReleasedOperator(t *testing.T) {
 // TestModulesAreTidy: in workspace mode the go command resolves an import from any
 // workspace module's requirements, so a module whose go.mod lacks a requirement still
 // builds here and breaks only for its users. Each module must be tidy on its own
-// (GOWORK=off), with its sibling modules replaced by their directories in a scratch copy
-// of its go.mod: what `go mod tidy` would make of it once the siblings are tagged.
+// (GOWORK=off), with the untagged version of its siblings replaced by their directories
+// in a scratch copy of its go.mod: what `go mod tidy` would make of it once they are
+// tagged. A sibling required at a tag is resolved as a user would resolve it.
 func TestModulesAreTidy(t *testing.T) {
 	root := repoRoot(t)
 	type module struct{ Path, Dir string }
@@ -258,7 +260,7 @@ func TestModulesAreTidy(t *testing.T) {
 			args := []string{"mod", "edit"}
 			for _, o := range mods {
 				if o.Path != m.Path {
-					args = append(args, "-replace="+o.Path+"="+o.Dir)
+					args = append(args, "-replace="+o.Path+"@"+unpublished+"="+o.Dir)
 				}
 			}
 			goCmd(t, m.Dir, nil, append(args, modfile)...)
