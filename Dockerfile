@@ -3,7 +3,14 @@ FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
 WORKDIR /workspace
-COPY go.mod go.sum ./
+# The operator is built in the workspace of go.work, which names every module: their
+# go.mod files come first so that the download layer is cached.
+COPY go.work go.work.sum go.mod go.sum ./
+COPY bench/go.mod bench/go.sum bench/
+COPY pkg/breaker/go.mod pkg/breaker/
+COPY pkg/breaker/kube/go.mod pkg/breaker/kube/go.sum pkg/breaker/kube/
+COPY pkg/breaker/otelbreaker/go.mod pkg/breaker/otelbreaker/go.sum pkg/breaker/otelbreaker/
+COPY pkg/breaker/redisstore/go.mod pkg/breaker/redisstore/go.sum pkg/breaker/redisstore/
 RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/

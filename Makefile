@@ -17,6 +17,11 @@ USE_EXISTING_CLUSTER ?= false
 
 GO_TEST_FLAGS ?= -race
 
+# Every module of the workspace (go.work): the operator, the breaker library and its
+# adapters, bench. `go test ./...` stays inside one module, so the targets below name
+# each module's directory. hack/tools is not in the workspace (go.work says why).
+MODULE_PKGS = $(patsubst $(CURDIR)%,.%/...,$(shell go list -m -f '{{.Dir}}'))
+
 .PHONY: all
 all: build
 
@@ -42,17 +47,20 @@ fmt: ## Fail if any Go file is not gofmt'ed.
 
 .PHONY: vet
 vet: ## Run go vet on every module.
-	go vet ./...
-	cd hack/tools && go vet ./...
-	@if [ -f bench/go.mod ]; then cd bench && go vet ./...; fi
+	go vet $(MODULE_PKGS)
+	cd hack/tools && GOWORK=off go vet ./...
+
+.PHONY: tidy
+tidy: ## Run go mod tidy in every module (hack/tidy.sh: the unpublished sibling modules replaced by their directories).
+	hack/tidy.sh
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd from source for envtest (once; cached after).
 	@hack/envtest.sh >/dev/null
 
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize ## Run every test (envtest suites, unit tests, -race).
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) ./... -count=1
+test: manifests generate fmt vet envtest kustomize ## Run every test of every module (envtest suites, unit tests, -race).
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) $(MODULE_PKGS) -count=1
 
 .PHONY: bench
 bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
