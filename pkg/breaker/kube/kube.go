@@ -92,6 +92,17 @@ type Stats struct {
 	LastWriteError string
 }
 
+// ReportWritten reports whether the API server holds this pod's latest report: no change
+// is waiting to be written. It is true when reporting is off. A program that is about to
+// exit can wait for it so that its last verdicts are not lost.
+func (a *Agent) ReportWritten() bool {
+	if a.rep == nil {
+		return true
+	}
+	_, _, dirty := a.rep.pending()
+	return !dirty
+}
+
 // Stats returns the agent's counters.
 func (a *Agent) Stats() Stats {
 	s := Stats{ConfigApplies: a.applier.applies.Load(), Adoptions: a.applier.adoptions.Load()}

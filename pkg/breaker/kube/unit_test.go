@@ -1,19 +1,15 @@
 package kube
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 
-	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
@@ -49,52 +45,6 @@ func TestReportEntry(t *testing.T) {
 				t.Errorf("configError cut inside a character: %q", e.ConfigError)
 			}
 		})
-	}
-}
-
-// TestReportEntryIsTheAPIType holds the pod's Go shape of a report entry and the API
-// type the operator reads together: every field the pod writes has the same name, and
-// reads back the same, in api/v1alpha1.BreakerReportEntry, and the reverse.
-func TestReportEntryIsTheAPIType(t *testing.T) {
-	since := time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC)
-	full := reportEntry("payments-api", member{
-		state: breaker.Open, since: since, reason: breakerconfig.ReasonProbeFailed,
-		calls: 40, failures: 24, generation: 3, configErr: "openTimeout: must be positive",
-	})
-	raw, err := json.Marshal(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(raw), `"since":"2026-11-29T21:55:51.123Z"`) {
-		t.Errorf("since not written to the millisecond: %s", raw)
-	}
-	var api resiliencev1alpha1.BreakerReportEntry
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&api); err != nil {
-		t.Fatalf("the API type cannot read what the pod writes: %v\n%s", err, raw)
-	}
-	if !api.Since.Time.Equal(since) {
-		t.Errorf("the API type reads since as %v, want %v", api.Since.Time, since)
-	}
-	back, err := json.Marshal(api)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var again breakerconfig.ReportEntry
-	dec = json.NewDecoder(bytes.NewReader(back))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&again); err != nil {
-		t.Fatalf("the pod's type cannot read the API type: %v\n%s", err, back)
-	}
-	// metav1.Time writes whole seconds (the operator reads since, it never writes it);
-	// everything else must come back as it went.
-	if !again.Since.Equal(since.Truncate(time.Second)) {
-		t.Errorf("since through the API type: %v", again.Since)
-	}
-	again.Since = full.Since
-	if !reflect.DeepEqual(again, full) {
-		t.Errorf("round trip through the API type:\n got %+v\nwant %+v", again, full)
 	}
 }
 

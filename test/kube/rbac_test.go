@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // bindBreakerClientRole creates the ClusterRole that config/rbac ships for applications
@@ -58,7 +59,7 @@ func TestRunsWithTheBreakerClientRole(t *testing.T) {
 	// No POD_UID: reading its own Pod is within the role too.
 	in := startInstance(t, ns, "app-1", instanceOptions{
 		breakers: []string{"guarded"},
-		modify:   func(o *Options) { o.Config.Impersonate.UserName = user },
+		modify:   func(o *kube.Options) { o.Config.Impersonate.UserName = user },
 	})
 	eventually(t, propagation, func() error { return policyIs([]*instance{in}, "guarded", p) })
 	eventually(t, propagation, func() error {
@@ -157,7 +158,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 	writeConfigMap(t, ns, map[string]string{"cart.json": render(t, "cart", 1, testPolicy(), "Pod", nil)})
 	var logs syncBuffer
 	actx, cancel := context.WithCancel(ctx)
-	a, err := StartAgent(actx, Options{
+	a, err := kube.StartAgent(actx, kube.Options{
 		Config: asPodA(true), Namespace: ns, Pod: "pod-a",
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter(t, new(syncBuffer))), nil)),
 	})
@@ -171,7 +172,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 		t.Errorf("agent as pod-a: stats %+v, want no failed write\n%s", s, logs.String())
 	}
 	// An agent told it is pod-b while its token is pod-a's is refused, and says so.
-	b, err := StartAgent(actx, Options{
+	b, err := kube.StartAgent(actx, kube.Options{
 		Config: asPodA(true), Namespace: ns, Pod: "pod-b", PodUID: string(uidB),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

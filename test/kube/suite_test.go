@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"bytes"
@@ -33,6 +33,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // The envtest control plane every test of this package shares; each test works in its
@@ -60,7 +61,7 @@ func runMain(m *testing.M) int {
 		panic(err)
 	}
 	defer os.RemoveAll(certDir)
-	if testEnv, envErr = testenv.New("../../.."); envErr == nil {
+	if testEnv, envErr = testenv.New("../.."); envErr == nil {
 		// A certificate directory of our own survives APIServer.Stop, so the outage test
 		// can restart the API server on the same port with the same serving certificate,
 		// and the rest.Config every instance holds stays valid.
@@ -77,7 +78,7 @@ func runMain(m *testing.M) int {
 	}
 	if envErr == nil {
 		// The API server's own check of which report a pod may write, as deployed.
-		envErr = testenv.InstallPolicies(cfg, "../../..")
+		envErr = testenv.InstallPolicies(cfg, "../..")
 	}
 	if envErr != nil {
 		fmt.Fprintf(os.Stderr, "\n*** envtest control plane not started: %v\n*** the tests that need it fail\n\n", envErr)
@@ -191,7 +192,7 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 type instance struct {
 	pod    string
 	uid    types.UID // of its Pod object; empty with noPod
-	agent  *Agent
+	agent  *kube.Agent
 	reg    *breaker.Registry
 	cancel context.CancelFunc
 	// mutations counts the mutating requests this instance sent to the API server.
@@ -208,7 +209,7 @@ type instanceOptions struct {
 	// passUID gives the agent its Pod's UID in Options.PodUID (the downward API's
 	// POD_UID), so that it need not read its Pod.
 	passUID bool
-	modify  func(*Options)
+	modify  func(*kube.Options)
 }
 
 // createPod creates the Pod object of an instance, as the kubelet would have, and returns
@@ -237,7 +238,7 @@ func startInstance(t *testing.T, ns, pod string, opt instanceOptions) *instance 
 	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return &countingTransport{rt: rt, mutations: in.mutations}
 	}
-	o := Options{
+	o := kube.Options{
 		Config:        c,
 		Namespace:     ns,
 		Pod:           pod,
@@ -254,7 +255,7 @@ func startInstance(t *testing.T, ns, pod string, opt instanceOptions) *instance 
 		opt.modify(&o)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := StartAgent(ctx, o)
+	a, err := kube.StartAgent(ctx, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -376,10 +377,10 @@ func wantReason(state resiliencev1alpha1.State, reason string) func(resiliencev1
 // the one the API server accepted. Its Writes count is then complete: the counter moves
 // just after the server answers, so a test that has read the new report may otherwise
 // read the count before it moves.
-func idle(t *testing.T, a *Agent) {
+func idle(t *testing.T, a *kube.Agent) {
 	t.Helper()
 	eventually(t, propagation, func() error {
-		if _, _, dirty := a.rep.pending(); dirty {
+		if !a.ReportWritten() {
 			return fmt.Errorf("the writer is still busy (stats %+v)", a.Stats())
 		}
 		return nil

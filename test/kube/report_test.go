@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"context"
@@ -403,3 +403,5 @@ func TestRecreatedBreakerIsReportedAfresh(t *testing.T) {
 		t.Errorf("no log line about the re-created CircuitBreaker:\n%s", in.logs)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // propagation bounds how long the API server and the informers may take to carry a change.
@@ -358,8 +359,8 @@ func TestEachPodWritesItsOwnReport(t *testing.T) {
 		for _, mf := range rep.ManagedFields {
 			managers = append(managers, fmt.Sprintf("%s/%s", mf.Manager, mf.Operation))
 		}
-		if !reflect.DeepEqual(managers, []string{FieldManager + "/Apply"}) {
-			t.Errorf("report of %s managed by %v, want only %s by Apply", in.pod, managers, FieldManager)
+		if !reflect.DeepEqual(managers, []string{kube.FieldManager + "/Apply"}) {
+			t.Errorf("report of %s managed by %v, want only %s by Apply", in.pod, managers, kube.FieldManager)
 		}
 		// Both breakers went into the report in one write: they were configured by one
 		// ConfigMap.
