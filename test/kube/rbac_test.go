@@ -29,7 +29,7 @@ import (
 // (renamed for the test's namespace: it is cluster-scoped) and binds it in ns to subject.
 func bindBreakerClientRole(t *testing.T, ns string, subject rbacv1.Subject) {
 	t.Helper()
-	raw, err := os.ReadFile("../../../config/rbac/breaker_client_role.yaml")
+	raw, err := os.ReadFile("../../config/rbac/breaker_client_role.yaml")
 	must(t, err)
 	var role rbacv1.ClusterRole
 	must(t, yaml.Unmarshal(raw, &role))

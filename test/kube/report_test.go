@@ -296,7 +296,7 @@ func TestRefusedReportIsRetried(t *testing.T) {
 func TestReportWithoutItsResource(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
-	crds := envtest.CRDInstallOptions{Paths: []string{"../../../config/crd/bases/resilience.fusebox.dev_breakerreports.yaml"}, ErrorIfPathMissing: true}
+	crds := envtest.CRDInstallOptions{Paths: []string{"../../config/crd/bases/resilience.fusebox.dev_breakerreports.yaml"}, ErrorIfPathMissing: true}
 	reinstall := func() {
 		if _, err := envtest.InstallCRDs(cfg, crds); err != nil {
 			t.Fatalf("reinstalling the BreakerReport CRD: %v", err)
