@@ -71,7 +71,7 @@ build: manifests generate ## Build the manager binary.
 .PHONY: run
 run: manifests generate build envtest ## Run Fusebox on a local control plane (or on your cluster with USE_EXISTING_CLUSTER=true).
 ifeq ($(USE_EXISTING_CLUSTER),true)
-	$(LOCALBIN)/manager --leader-elect=false
+	$(LOCALBIN)/manager --leader-elect=false --metrics-secure=false
 else
 	go run ./hack/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager
 endif

@@ -52,7 +52,10 @@ func run() error {
 	}()
 	fmt.Fprintf(os.Stderr, "localcluster: control plane up in %s at %s\n", time.Since(started).Round(time.Millisecond), cluster.Config.Host)
 
-	cmd := exec.Command(*manager, append(cluster.WebhookArgs(), managerArgs...)...)
+	// Plain-HTTP metrics on :8080, for curl: a local run has no scraper
+	// with a service account token. Arguments after -- come later and win.
+	args := append([]string{"--metrics-secure=false"}, cluster.WebhookArgs()...)
+	cmd := exec.Command(*manager, append(args, managerArgs...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
