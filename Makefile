@@ -44,6 +44,8 @@ fmt: ## Fail if any Go file is not gofmt'ed.
 vet: ## Run go vet on every module.
 	go vet ./...
 	cd hack/tools && go vet ./...
+	cd hack/image && go vet ./...
+	cd hack/helm && go vet ./...
 	@if [ -f bench/go.mod ]; then cd bench && go vet ./...; fi
 
 .PHONY: envtest
@@ -53,6 +55,11 @@ envtest: ## Build kube-apiserver and etcd from source for envtest (once; cached 
 .PHONY: test
 test: manifests generate fmt vet envtest kustomize ## Run every test (envtest suites, unit tests, -race).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) ./... -count=1
+
+.PHONY: test-release
+test-release: envtest kustomize ## Test what ships: the image (build, push, pull, run, rebuild: same digest), the chart, the install on envtest.
+	cd hack/image && go test -count=1 -timeout 30m ./...
+	assets="$$(hack/envtest.sh)" && cd hack/helm && KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" go test -count=1 -timeout 15m ./...
 
 .PHONY: bench
 bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
@@ -80,9 +87,21 @@ endif
 demo: build envtest ## Run the end-to-end demo on a local control plane; it ends by itself within 90 s.
 	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
+.PHONY: image
+image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
+	cd hack/image && go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
+
+.PHONY: image-push
+image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).
+	cd hack/image && go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar -push
+
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a Docker engine).
+docker-build: ## Build the manager image with a Docker engine (the Dockerfile; same contents as `make image`).
 	docker build -t $(IMG) .
+
+.PHONY: helm
+helm: kustomize ## Generate the Helm chart in dist/chart from config/.
+	cd hack/helm && go run . -root $(CURDIR) -kustomize $(KUSTOMIZE)
 
 ##@ Deployment
 
