@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -28,6 +29,7 @@ import (
 // API server authenticates and authorizes for GET /metrics, and the
 // metrics-reader ClusterRole of config/rbac is what authorizes them.
 func TestSecureMetricsNeedAnAuthorizedToken(t *testing.T) {
+	ctrl.SetLogger(logr.Discard())
 	env, err := testenv.New(filepath.Join("..", ".."))
 	if err != nil {
 		if os.Getenv("CI") != "" {
