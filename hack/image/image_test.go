@@ -188,7 +188,7 @@ func checkIndex(t *testing.T, idx v1.ImageIndex, opts Options) {
 				t.Errorf("%s: no label %s (labels %v)", p, l, cf.Config.Labels)
 			}
 		}
-		if !cf.Created.Time.Equal(opts.Created) {
+		if !cf.Created.Equal(opts.Created) {
 			t.Errorf("%s: created %s, want the source date %s", p, cf.Created, opts.Created)
 		}
 		files := layerFiles(t, img)
