@@ -10,6 +10,8 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.2
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+GOLANGCI_LINT_VERSION ?= v2.15.0
 
 # Set USE_EXISTING_CLUSTER=true to run the manager against the cluster of your
 # KUBECONFIG instead of a local control plane.
@@ -47,6 +49,12 @@ vet: ## Run go vet on every module.
 	cd hack/image && go vet ./...
 	cd hack/helm && go vet ./...
 	@if [ -f bench/go.mod ]; then cd bench && go vet ./...; fi
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint (.golangci.yml) on the operator module and the hack/image and hack/helm modules.
+	$(GOLANGCI_LINT) run ./...
+	cd hack/image && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+	cd hack/helm && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd from source for envtest (once; cached after).
@@ -136,3 +144,8 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 kustomize: $(KUSTOMIZE)
 $(KUSTOMIZE): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT)
+$(GOLANGCI_LINT): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
