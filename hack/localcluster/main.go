@@ -95,10 +95,13 @@ func run() error {
 	case <-ctx.Done():
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "localcluster: manager:", err)
+			}
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			fmt.Fprintln(os.Stderr, "localcluster: manager killed after 15 s:", <-exited)
 		}
 		return nil
 	}
