@@ -131,7 +131,7 @@ func Apply(ctx context.Context, cl client.Client, dir string) ([]string, error) 
 			return applied, err
 		}
 		for _, u := range objs {
-			if err := cl.Patch(ctx, u, client.Apply, client.FieldOwner("fusebox-local"), client.ForceOwnership); err != nil {
+			if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("fusebox-local"), client.ForceOwnership); err != nil {
 				return applied, fmt.Errorf("apply %s %s from %s: %w", u.GetKind(), u.GetName(), f, err)
 			}
 			applied = append(applied, fmt.Sprintf("%s/%s", strings.ToLower(u.GetKind()), u.GetName()))

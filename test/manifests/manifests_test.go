@@ -234,3 +234,46 @@ func TestSamplesAreCircuitBreakers(t *testing.T) {
 		}
 	}
 }
+
+// Metrics are served over HTTPS to authorized scrapers only (cmd/manager's
+// --metrics-secure): the manager may ask the API server to review tokens and
+// access, and scrapers get a role that reads /metrics and nothing else.
+func TestDefaultServesMetricsSecurely(t *testing.T) {
+	objs := kustomizeBuild(t, "config/default")
+
+	var dep appsv1.Deployment
+	find(t, objs, "Deployment", "fusebox-controller-manager", &dep)
+	c := dep.Spec.Template.Spec.Containers[0]
+	if args := strings.Join(c.Args, " "); !strings.Contains(args, "--metrics-secure") || strings.Contains(args, "--metrics-secure=false") {
+		t.Errorf("manager args %q: metrics must be served securely", args)
+	}
+	var svc corev1.Service
+	find(t, objs, "Service", "fusebox-controller-manager-metrics-service", &svc)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+		t.Errorf("metrics Service ports %+v, want one targeting the manager's metrics port", svc.Spec.Ports)
+	}
+
+	var reader rbacv1.ClusterRole
+	find(t, objs, "ClusterRole", "fusebox-metrics-reader", &reader)
+	if len(reader.Rules) != 1 || strings.Join(reader.Rules[0].NonResourceURLs, ",") != "/metrics" || strings.Join(reader.Rules[0].Verbs, ",") != "get" {
+		t.Errorf("metrics-reader grants %+v, want GET /metrics only", reader.Rules)
+	}
+	var auth rbacv1.ClusterRole
+	find(t, objs, "ClusterRole", "fusebox-metrics-auth-role", &auth)
+	granted := map[string]bool{}
+	for _, r := range auth.Rules {
+		for _, res := range r.Resources {
+			for _, v := range r.Verbs {
+				granted[res+":"+v] = true
+			}
+		}
+	}
+	if len(granted) != 2 || !granted["tokenreviews:create"] || !granted["subjectaccessreviews:create"] {
+		t.Errorf("metrics-auth-role grants %v, want create on tokenreviews and subjectaccessreviews only", granted)
+	}
+	var binding rbacv1.ClusterRoleBinding
+	find(t, objs, "ClusterRoleBinding", "fusebox-metrics-auth-rolebinding", &binding)
+	if binding.RoleRef.Name != "fusebox-metrics-auth-role" || binding.Subjects[0].Name != "fusebox-controller-manager" || binding.Subjects[0].Namespace != "fusebox-system" {
+		t.Errorf("metrics-auth-rolebinding %+v, want the manager's service account bound", binding)
+	}
+}
