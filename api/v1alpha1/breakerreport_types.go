@@ -86,7 +86,3 @@ type BreakerReportList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BreakerReport `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&BreakerReport{}, &BreakerReportList{})
-}

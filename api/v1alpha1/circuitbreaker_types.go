@@ -132,11 +132,11 @@ type CircuitBreakerSpec struct {
 type State string
 
 const (
-	// StateClosed: calls run and are counted.
+	// StateClosed means calls run and are counted.
 	StateClosed State = breakerconfig.StateClosed
-	// StateOpen: calls are short-circuited until the open timeout passes.
+	// StateOpen means calls are short-circuited until the open timeout passes.
 	StateOpen State = breakerconfig.StateOpen
-	// StateHalfOpen: a few probe calls test whether the dependency is back.
+	// StateHalfOpen means a few probe calls test whether the dependency is back.
 	StateHalfOpen State = breakerconfig.StateHalfOpen
 )
 
@@ -289,8 +289,4 @@ type CircuitBreakerList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []CircuitBreaker `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&CircuitBreaker{}, &CircuitBreakerList{})
 }

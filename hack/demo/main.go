@@ -72,7 +72,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop()
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop control plane:", err)
+		}
+	}()
 	say("control plane up; watch live from another terminal:")
 	fmt.Printf("\n    kubectl --kubeconfig %s get cb -w\n\n", cluster.Kubeconfig)
 
@@ -116,7 +120,7 @@ func run() error {
 	// its own BreakerReport. The Pod objects exist because a report is owned by its
 	// Pod, and the operator deletes the reports of Pods that do not exist; each
 	// instance is given its Pod's UID, as the injection webhook's POD_UID gives it.
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	var wg sync.WaitGroup
 	appCtx, stopApps := context.WithCancel(ctx)
 	defer func() { stopApps(); wg.Wait() }()

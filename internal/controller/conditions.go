@@ -76,7 +76,7 @@ func setConfigAppliedCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerV
 	case len(rejected) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, resiliencev1alpha1.ReasonMembersRejected
 		c.Message = fmt.Sprintf("%d of %d pods refused the published configuration and keep their last good one: %s",
-			len(rejected), counts.Reporting, joinLimited(rejected, maxListed))
+			len(rejected), counts.Reporting, joinLimited(rejected))
 	case counts.OnLatestConfig < counts.Reporting:
 		c.Status, c.Reason = metav1.ConditionFalse, resiliencev1alpha1.ReasonMembersBehind
 		c.Message = fmt.Sprintf("%d of %d pods run generation %d", counts.OnLatestConfig, counts.Reporting, cb.Generation)

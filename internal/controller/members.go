@@ -174,7 +174,7 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		}
 		return fmt.Sprintf("The fleet is open since %s: %d of %d pods opened on their own evidence (quorum %d%%): %s",
 			openers[len(openers)-1].since.UTC().Format(time.RFC3339), len(d.openers), v.counts.Reporting,
-			int32Or(cb.Spec.FleetQuorumPercent, 0), joinLimited(pods, maxListed))
+			int32Or(cb.Spec.FleetQuorumPercent, 0), joinLimited(pods))
 	}
 	m := v.opener
 	if m == nil {
@@ -224,9 +224,10 @@ func evidence(m member) string {
 // maxListed is how many pods a condition message or Event names before "and N more".
 const maxListed = 5
 
-func joinLimited(items []string, limit int) string {
-	if len(items) <= limit {
+// joinLimited joins items, naming at most maxListed of them.
+func joinLimited(items []string) string {
+	if len(items) <= maxListed {
 		return strings.Join(items, "; ")
 	}
-	return strings.Join(items[:limit], "; ") + fmt.Sprintf("; and %d more", len(items)-limit)
+	return strings.Join(items[:maxListed], "; ") + fmt.Sprintf("; and %d more", len(items)-maxListed)
 }

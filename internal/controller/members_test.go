@@ -368,10 +368,10 @@ func TestConditionMessages(t *testing.T) {
 }
 
 func TestJoinLimited(t *testing.T) {
-	if got := joinLimited([]string{"a", "b"}, 5); got != "a; b" {
+	if got := joinLimited([]string{"a", "b"}); got != "a; b" {
 		t.Errorf("got %q", got)
 	}
-	if got := joinLimited([]string{"a", "b", "c", "d", "e", "f", "g"}, 5); got != "a; b; c; d; e; and 2 more" {
+	if got := joinLimited([]string{"a", "b", "c", "d", "e", "f", "g"}); got != "a; b; c; d; e; and 2 more" {
 		t.Errorf("got %q", got)
 	}
 }

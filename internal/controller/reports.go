@@ -171,7 +171,7 @@ func (r *CircuitBreakerReconciler) pruneReports(ctx context.Context, breakers []
 		}
 		slices.Sort(pods)
 		r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventMemberPruned, "Prune",
-			"Deleted the reports of %d pods that no longer exist: %s", len(pods), joinLimited(pods, maxListed))
+			"Deleted the reports of %d pods that no longer exist: %s", len(pods), joinLimited(pods))
 	}
 	return nil
 }

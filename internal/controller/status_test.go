@@ -73,7 +73,7 @@ func applyReport(ctx context.Context, ns, pod string, uid types.UID, entries ...
 		},
 		"breakers": breakers,
 	}}
-	return k8sClient.Patch(ctx, u, client.Apply, client.FieldOwner("fusebox-pod"), client.ForceOwnership)
+	return k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("fusebox-pod"), client.ForceOwnership)
 }
 
 // entry is one breaker's line in a report.

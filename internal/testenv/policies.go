@@ -29,7 +29,7 @@ func InstallPolicies(cfg *rest.Config, repoRoot string) error {
 		return err
 	}
 	for _, o := range objs {
-		if err := c.Patch(context.Background(), o, client.Apply, client.FieldOwner("fusebox-testenv"), client.ForceOwnership); err != nil {
+		if err := c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("fusebox-testenv"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}

@@ -100,10 +100,11 @@ func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now instant)
 	m.state = s
 	m.since, m.sinceMono = at.wall, at.mono
 	m.changed = true
-	if s == Open {
+	switch s {
+	case Open:
 		m.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
 		m.openedAt = at.wall
-	} else if s == Closed {
+	case Closed:
 		m.openTally = Counts{}
 	}
 	m.inflight, m.probeCalls, m.probeSucc = 0, 0, 0

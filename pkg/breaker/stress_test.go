@@ -256,6 +256,6 @@ func flaky0(r *rand.Rand) error {
 }
 
 func runTicketErr(b *Breaker, t ticket, fn func() error) error {
-	_, err, _ := runTicket(context.Background(), b, t, func(context.Context) (struct{}, error) { return struct{}{}, fn() })
+	_, _, err := runTicket(context.Background(), b, t, func(context.Context) (struct{}, error) { return struct{}{}, fn() })
 	return err
 }

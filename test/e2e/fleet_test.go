@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -192,7 +191,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	early, err := kube.StartAgent(ctx, kube.Options{
 		Config: cfg, Namespace: ns, Pod: "early", ConfigDir: dir,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		cancel()

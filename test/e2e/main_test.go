@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -156,7 +155,7 @@ func startInstance(t testing.TB, ns, pod string, modify func(*kube.Options)) *in
 	}
 	o := kube.Options{
 		Config: cfg, Namespace: ns, Pod: pod, PodUID: string(p.UID),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 	}
 	if modify != nil {
 		modify(&o)

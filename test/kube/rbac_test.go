@@ -174,7 +174,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 	// An agent told it is pod-b while its token is pod-a's is refused, and says so.
 	b, err := kube.StartAgent(actx, kube.Options{
 		Config: asPodA(true), Namespace: ns, Pod: "pod-b", PodUID: string(uidB),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	must(t, err)
 	defer func() { cancel(); <-b.Done() }()

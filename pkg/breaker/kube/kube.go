@@ -209,7 +209,7 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 		if why == "" {
 			why = "Options.Config is nil"
 		}
-		log.Info("Not reporting breaker states: "+why, "dir", o.ConfigDir)
+		log.Info("Not reporting breaker states", "why", why, "dir", o.ConfigDir)
 	}
 	wg.Go(func() {
 		t := time.NewTicker(newBreakerScan)

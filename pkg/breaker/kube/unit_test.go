@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -117,7 +116,7 @@ func TestReporterOrdersDeliveries(t *testing.T) {
 }
 
 func TestStartAgentRefusesIncompleteOptions(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	for _, tc := range []struct {
 		o    Options
 		want string

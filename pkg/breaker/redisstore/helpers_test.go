@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -15,7 +14,6 @@ import (
 )
 
 func uitoa(u uint64) string { return strconv.FormatUint(u, 10) }
-func itoa(i int) string     { return strconv.Itoa(i) }
 
 var errBoom = errors.New("boom")
 
@@ -53,7 +51,7 @@ func quietLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 type testWriter struct{ t testing.TB }
