@@ -66,7 +66,7 @@ func (h *harness) startFleet() []row {
 	}
 	h.settle("creating the breaker")
 
-	before := h.tr.snapshot()
+	before, api0 := h.tr.snapshot(), h.apiWrites()
 	logf("starting %d agents", n)
 	start := time.Now()
 	h.startAgents(mainBreaker)
@@ -81,7 +81,7 @@ func (h *harness) startFleet() []row {
 		r.measured = fmt.Sprintf("> %s, not reached (reporting %d)", fmtDur(h.s.waitCap), memberCount(orEmpty(got.obj), "reporting"))
 	}
 	writes := h.tr.snapshot().minus(before)
-	r.notes = fmt.Sprintf("agents started in %s; writes until then: %s", fmtDur(startedIn), writes)
+	r.notes = fmt.Sprintf("agents started in %s; writes until then: %s; API server: %s", fmtDur(startedIn), writes, h.apiWrites().minus(api0))
 	logf("start: %s (%s)", r.measured, r.notes)
 	return []row{r}
 }
@@ -179,6 +179,7 @@ type cycle struct {
 	operatorRequests, operatorConflicts   float64
 	tripSpread, closeSpread               time.Duration
 	partialOpen, partialClosed, localOpen string
+	apiBurst, apiRecovery                 apiWrites
 }
 
 // tripCycles trips every pod's breaker at once, times the CircuitBreaker's
@@ -282,7 +283,8 @@ func (h *harness) tripCycles() []row {
 			target:   "≤ 20, whatever N",
 			measured: fmt.Sprintf("max %d", maxWrites),
 			meets:    yesNo(maxWrites <= 20 && missAll == 0),
-			notes:    "per cycle, until open == N or the cap: " + strings.Join(writes, ", ") + "; operator API requests during the burst: " + strings.Join(requests, ", "),
+			notes: "per cycle, until open == N or the cap: " + strings.Join(writes, ", ") + "; operator API requests during the burst: " + strings.Join(requests, ", ") +
+				"; API server, last burst: " + cycles[k-1].apiBurst.String(),
 		},
 		{
 			scenario: "CircuitBreaker size, managedFields included (GET as JSON) after the burst",
@@ -301,7 +303,8 @@ func (h *harness) tripCycles() []row {
 				return c.partialClosed
 			}),
 			meets: "—",
-			notes: samples + "; timed from the first probe, after openTimeout 1 s; CircuitBreaker writes: " + strings.Join(recWrites, ", "),
+			notes: samples + "; timed from the first probe, after openTimeout 1 s; CircuitBreaker writes: " + strings.Join(recWrites, ", ") +
+				"; API server, last recovery: " + cycles[k-1].apiRecovery.String(),
 		},
 	}
 	return rows
@@ -316,6 +319,7 @@ func (h *harness) tripCycle(c int) cycle {
 	}
 	seq0 := h.tr.breaker(mainBreaker).seq
 	m0, _ := h.mgr.scrape(h.ctx)
+	api0 := h.apiWrites()
 
 	start := time.Now()
 	for _, b := range brs {
@@ -337,6 +341,7 @@ func (h *harness) tripCycle(c int) cycle {
 	if !ok {
 		out.partialOpen = fmt.Sprintf("open %d of %d, Open=%s", memberCount(orEmpty(got.obj), "open"), n, condition(orEmpty(got.obj), "Open"))
 	}
+	out.apiBurst = h.apiWrites().minus(api0)
 	if m1, err := h.mgr.scrape(h.ctx); err == nil {
 		out.operatorRequests, out.operatorConflicts = m1.requests-m0.requests, m1.conflicts-m0.conflicts
 	}
@@ -353,6 +358,7 @@ func (h *harness) tripCycle(c int) cycle {
 		time.Sleep(wait)
 	}
 	seq1 := h.tr.breaker(mainBreaker).seq
+	api1 := h.apiWrites()
 	rstart := time.Now()
 	rdeadline := rstart.Add(h.s.waitCap)
 	stillOpen := 0
@@ -375,6 +381,7 @@ func (h *harness) tripCycle(c int) cycle {
 	})
 	out.recovered, out.recoveredOK = got.at.Sub(rstart), ok && stillOpen == 0
 	out.recoverWrites = got.seq - seq1
+	out.apiRecovery = h.apiWrites().minus(api1)
 	if !out.recoveredOK {
 		out.partialClosed = fmt.Sprintf("closed %d of %d, Open=%s, %d pods would not close locally",
 			memberCount(orEmpty(got.obj), "closed"), n, condition(orEmpty(got.obj), "Open"), stillOpen)
@@ -407,6 +414,7 @@ func (h *harness) manyBreakers() []row {
 		return []row{r}
 	}
 	h.resetPhasePeak()
+	api0 := h.apiWrites()
 	start := time.Now()
 	for _, p := range h.pods {
 		for _, name := range names {
@@ -439,7 +447,7 @@ func (h *harness) manyBreakers() []row {
 	} else {
 		r.notes = fmt.Sprintf("> %s, not every pod reported: reporting %s", fmtDur(h.s.waitCap), strings.Join(behind, ", "))
 	}
-	r.notes += fmt.Sprintf("; heap_alloc %s; %s; peak of the whole run %s", mib(m.heapAlloc), note, mib(runPeak))
+	r.notes += fmt.Sprintf("; heap_alloc %s; %s; peak of the whole run %s; API server: %s", mib(m.heapAlloc), note, mib(runPeak), h.apiWrites().minus(api0))
 	logf("heap: %s (%s)", r.measured, r.notes)
 	return []row{r}
 }

@@ -38,9 +38,11 @@ const (
 	namespace     = "fleet"
 	// mainBreaker is the CircuitBreaker every scenario but the heap one uses.
 	mainBreaker = "fleet"
-	// quietFor is how long no counted write must be seen for the system to be
-	// called settled.
-	quietFor = 3 * time.Second
+	// quietFor is how long no counted write may be seen, and no pod may have a
+	// write in flight, for the system to be called settled: longer than an
+	// agent's longest retry backoff (5 s today), since a pod whose write timed
+	// out writes again after it.
+	quietFor = 6 * time.Second
 )
 
 // pod is one in-process application pod: a Pod object and an agent.
@@ -72,6 +74,9 @@ type harness struct {
 
 	// Client-side counts of the agents' requests to the API server.
 	podWrites, podWriteErrors atomic.Int64
+	// podWritesInFlight is the agents' writes sent and not answered yet;
+	// podWriteEnded the Unix nanoseconds of the last answer.
+	podWritesInFlight, podWriteEnded atomic.Int64
 
 	heapMu              sync.Mutex
 	heapPeak, phasePeak float64
@@ -279,12 +284,16 @@ type countingTransport struct {
 }
 
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return c.next.RoundTrip(r)
+	}
+	c.h.podWritesInFlight.Add(1)
 	resp, err := c.next.RoundTrip(r)
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		c.h.podWrites.Add(1)
-		if err != nil || resp.StatusCode >= 400 {
-			c.h.podWriteErrors.Add(1)
-		}
+	c.h.podWriteEnded.Store(time.Now().UnixNano())
+	c.h.podWritesInFlight.Add(-1)
+	c.h.podWrites.Add(1)
+	if err != nil || resp.StatusCode >= 400 {
+		c.h.podWriteErrors.Add(1)
 	}
 	return resp, err
 }
@@ -412,11 +421,46 @@ func (h *harness) objectSize(name string) (total, managed, managers int, err err
 	return len(body), len(mf), len(obj.Metadata.ManagedFields), nil
 }
 
-// settle waits until no counted write has been seen for quietFor (at most
-// settleCap), so the next sample starts on a quiet system; it returns a note.
+// apiWrites reads the API server's own /metrics: the writes to the counted
+// kinds so far, with their server-side latency.
+func (h *harness) apiWrites() apiWrites {
+	resources := map[string]bool{circuitBreakersGVR.Resource: true, configMapsGVR.Resource: true}
+	if slices.Contains(h.kinds, kindBreakerReport) {
+		resources[breakerReportsGVR.Resource] = true
+	}
+	req, err := http.NewRequestWithContext(h.ctx, http.MethodGet, strings.TrimRight(h.cfg.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		logf("API server metrics: %v", err)
+		return nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		logf("API server metrics: %s", resp.Status)
+		return nil
+	}
+	w, err := parseAPIWrites(resp.Body, resources)
+	if err != nil {
+		logf("API server metrics: %v", err)
+	}
+	return w
+}
+
+// settle waits until no counted write has been seen, and no pod has had a
+// write in flight, for quietFor (at most settleCap), so the next sample starts
+// on a quiet system; it returns a note.
 func (h *harness) settle(what string) string {
 	start := time.Now()
-	if h.tr.quiet(h.ctx, quietFor, start.Add(h.s.settleCap)) {
+	busy := func() time.Time {
+		if h.podWritesInFlight.Load() > 0 {
+			return time.Now()
+		}
+		return time.Unix(0, h.podWriteEnded.Load())
+	}
+	if h.tr.quiet(h.ctx, quietFor, start.Add(h.s.settleCap), busy) {
 		d := time.Since(start)
 		logf("settled after %s in %s", what, d.Round(time.Millisecond))
 		return fmt.Sprintf("quiet %s after %s", fmtDur(d), what)

@@ -172,11 +172,16 @@ func (t *tracker) waitFor(ctx context.Context, name string, deadline time.Time, 
 	}
 }
 
-// quiet waits until no counted write has been seen for quietFor, or until
+// quiet waits until no counted write has been seen for quietFor, nor has
+// busy (the last moment something else was busy) been within it, or until
 // deadline; it reports whether it got there.
-func (t *tracker) quiet(ctx context.Context, quietFor time.Duration, deadline time.Time) bool {
+func (t *tracker) quiet(ctx context.Context, quietFor time.Duration, deadline time.Time, busy func() time.Time) bool {
 	for {
-		since := time.Since(t.lastEvent())
+		last := t.lastEvent()
+		if b := busy(); b.After(last) {
+			last = b
+		}
+		since := time.Since(last)
 		if since >= quietFor {
 			return true
 		}
@@ -184,7 +189,7 @@ func (t *tracker) quiet(ctx context.Context, quietFor time.Duration, deadline ti
 			return false
 		}
 		select {
-		case <-time.After(quietFor - since):
+		case <-time.After(min(quietFor-since, 500*time.Millisecond)):
 		case <-ctx.Done():
 			return false
 		}
