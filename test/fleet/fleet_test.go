@@ -71,7 +71,7 @@ func (h *harness) startFleet() []row {
 	start := time.Now()
 	h.startAgents(mainBreaker)
 	startedIn := time.Since(start)
-	got, ok := h.tr.waitFor(h.ctx, mainBreaker, start.Add(h.s.waitCap), func(o *unstructured.Unstructured) bool {
+	got, ok := h.tr.waitFor(h.ctx, mainBreaker, start, start.Add(h.s.waitCap), func(o *unstructured.Unstructured) bool {
 		return memberCount(o, "reporting") == int64(n)
 	})
 	r := row{scenario: fmt.Sprintf("%d starting pods → `memberCounts.reporting == %d`", n, n), target: "reported", meets: "—"}
@@ -134,7 +134,7 @@ func (h *harness) specChanges() row {
 			h.t.Fatal(err)
 		}
 		deadline := start.Add(h.s.waitCap)
-		for left > 0 && time.Now().Before(deadline) {
+		for left > 0 && time.Now().Before(deadline) && h.ctx.Err() == nil {
 			for j, b := range brs {
 				if !seen[j] && math.Abs(b.Policy().FailureRatio-want) < 1e-9 {
 					seen[j] = true
@@ -191,7 +191,7 @@ func (h *harness) tripCycles() []row {
 	for c := range h.s.cycles {
 		if s := h.tr.breaker(mainBreaker); s.obj == nil || memberCount(s.obj, "closed") != n || condition(s.obj, "Open") != "False" {
 			logf("cycle %d: waiting for the breaker to be all closed first (%s)", c+1, describe(orEmpty(s.obj)))
-			if _, ok := h.tr.waitFor(h.ctx, mainBreaker, time.Now().Add(h.s.waitCap), func(o *unstructured.Unstructured) bool {
+			if _, ok := h.tr.waitFor(h.ctx, mainBreaker, time.Time{}, time.Now().Add(h.s.waitCap), func(o *unstructured.Unstructured) bool {
 				return memberCount(o, "closed") == n && condition(o, "Open") == "False"
 			}); !ok {
 				logf("cycle %d: not all closed within %s; measuring anyway", c+1, h.s.waitCap)
@@ -329,11 +329,11 @@ func (h *harness) tripCycle(c int) cycle {
 	tripped := start.Add(out.tripSpread)
 	deadline := start.Add(h.s.waitCap)
 
-	got, ok := h.tr.waitFor(h.ctx, mainBreaker, deadline, func(o *unstructured.Unstructured) bool {
+	got, ok := h.tr.waitFor(h.ctx, mainBreaker, start, deadline, func(o *unstructured.Unstructured) bool {
 		return condition(o, "Open") == "True"
 	})
 	out.openCond, out.openCondOK = got.at.Sub(start), ok
-	got, ok = h.tr.waitFor(h.ctx, mainBreaker, deadline, func(o *unstructured.Unstructured) bool {
+	got, ok = h.tr.waitFor(h.ctx, mainBreaker, start, deadline, func(o *unstructured.Unstructured) bool {
 		return memberCount(o, "open") == n
 	})
 	out.allOpen, out.allOpenOK = got.at.Sub(start), ok
@@ -376,7 +376,7 @@ func (h *harness) tripCycle(c int) cycle {
 		}
 	}
 	out.closeSpread = time.Since(rstart)
-	got, ok = h.tr.waitFor(h.ctx, mainBreaker, rdeadline, func(o *unstructured.Unstructured) bool {
+	got, ok = h.tr.waitFor(h.ctx, mainBreaker, rstart, rdeadline, func(o *unstructured.Unstructured) bool {
 		return memberCount(o, "closed") == n && condition(o, "Open") == "False"
 	})
 	out.recovered, out.recoveredOK = got.at.Sub(rstart), ok && stillOpen == 0
@@ -386,8 +386,12 @@ func (h *harness) tripCycle(c int) cycle {
 		out.partialClosed = fmt.Sprintf("closed %d of %d, Open=%s, %d pods would not close locally",
 			memberCount(orEmpty(got.obj), "closed"), n, condition(orEmpty(got.obj), "Open"), stillOpen)
 	}
-	logf("cycle %d/%d recovery: %s (%v; probes took %s), %d CircuitBreaker writes",
-		c+1, h.s.cycles, fmtDur(out.recovered), out.recoveredOK, fmtDur(out.closeSpread), out.recoverWrites)
+	if out.recoveredOK {
+		logf("cycle %d/%d recovery: %s (probes took %s), %d CircuitBreaker writes",
+			c+1, h.s.cycles, fmtDur(out.recovered), fmtDur(out.closeSpread), out.recoverWrites)
+	} else {
+		logf("cycle %d/%d recovery: not reached (%s)", c+1, h.s.cycles, out.partialClosed)
+	}
 	return out
 }
 
@@ -424,7 +428,7 @@ func (h *harness) manyBreakers() []row {
 	deadline := start.Add(h.s.waitCap)
 	var behind []string
 	for _, name := range names {
-		got, ok := h.tr.waitFor(h.ctx, name, deadline, func(o *unstructured.Unstructured) bool {
+		got, ok := h.tr.waitFor(h.ctx, name, time.Time{}, deadline, func(o *unstructured.Unstructured) bool {
 			return memberCount(o, "reporting") == int64(n)
 		})
 		if !ok {
@@ -471,6 +475,9 @@ func (h *harness) report(rows []row) {
 	}
 	kinds := strings.Join(h.kinds, ", ")
 	fmt.Fprintf(&b, "Fleet benchmark, N=%d pods (make bench-fleet)\n\n", h.s.pods)
+	if why := h.abortReason(); why != "" {
+		fmt.Fprintf(&b, "- **ABORTED**: %s; the steps after that are missing or partial\n", why)
+	}
 	fmt.Fprintf(&b, "- commit: %s\n", commit)
 	fmt.Fprintf(&b, "- run: %s, %s; %d CPUs (GOMAXPROCS %d), %s\n", h.started.UTC().Format(time.RFC3339), fmtDur(time.Since(h.started)), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintf(&b, "- load: at start `%s`; at end `%s`\n", h.startUptime, uptime())
@@ -487,6 +494,9 @@ func (h *harness) report(rows []row) {
 	}
 	fmt.Println()
 	fmt.Print(b.String())
+	if why := h.abortReason(); why != "" {
+		h.t.Errorf("aborted: %s", why)
+	}
 	if h.s.out != "" {
 		if err := os.WriteFile(h.s.out, []byte(b.String()), 0o644); err != nil {
 			logf("write %s: %v", h.s.out, err)

@@ -84,6 +84,11 @@ type harness struct {
 
 	startUptime string
 	started     time.Time
+
+	// aborted says why the run was stopped early (memory), or is empty.
+	abortMu   sync.Mutex
+	aborted   string
+	closeOnce sync.Once
 }
 
 func logf(format string, a ...any) {
@@ -156,9 +161,68 @@ func newHarness(t testing.TB, s settings) *harness {
 			t.Fatalf("could not list %s within a minute", k)
 		}
 	}
-	go h.sampleHeap()
 	h.agentCtx, h.agentStop = context.WithCancel(context.Background())
+	go h.sampleHeap()
+	go h.guardMemory()
 	return h
+}
+
+// guardMemory stops the run, the API server first, when the machine runs low
+// on memory: at N=500 on a design where every pod writes one object, the
+// envtest API server grew past 23 GB (docs/benchmarks.md), and the machine is
+// shared.
+func (h *harness) guardMemory() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+		}
+		avail, total, ok := meminfo()
+		if !ok || avail >= max(2<<30, total/10) {
+			continue
+		}
+		reason := fmt.Sprintf("the machine has %s of %s memory available", mib(float64(avail)), mib(float64(total)))
+		logf("ABORTING: %s; stopping the agents, the manager and the API server", reason)
+		h.abortMu.Lock()
+		h.aborted = reason
+		h.abortMu.Unlock()
+		h.close()
+		return
+	}
+}
+
+func (h *harness) abortReason() string {
+	h.abortMu.Lock()
+	defer h.abortMu.Unlock()
+	return h.aborted
+}
+
+// meminfo returns MemAvailable and MemTotal from /proc/meminfo, in bytes.
+func meminfo() (avail, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		var kb uint64
+		if _, err := fmt.Sscan(f[1], &kb); err != nil {
+			continue
+		}
+		switch f[0] {
+		case "MemAvailable:":
+			avail = kb << 10
+		case "MemTotal:":
+			total = kb << 10
+		}
+	}
+	return avail, total, avail > 0 && total > 0
 }
 
 // served reports whether discovery lists resource in groupVersion.
@@ -175,7 +239,12 @@ func (h *harness) served(groupVersion, resource string) bool {
 	return false
 }
 
-func (h *harness) close() {
+// close stops everything the harness started, once; the watches and samplers
+// end, and every wait returns.
+func (h *harness) close() { h.closeOnce.Do(h.stopAll) }
+
+func (h *harness) stopAll() {
+	h.cancel()
 	if h.agentStop != nil {
 		h.agentStop()
 		deadline := time.After(30 * time.Second)
@@ -192,7 +261,6 @@ func (h *harness) close() {
 	if h.mgr != nil {
 		h.mgr.stop()
 	}
-	h.cancel()
 	if h.cluster != nil {
 		if err := h.cluster.Stop(); err != nil {
 			logf("stop control plane: %v", err)
@@ -377,7 +445,7 @@ func (h *harness) waitPublished(names []string, deadline time.Time) error {
 		if err == nil && missing == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || h.ctx.Err() != nil {
 			if err != nil {
 				return err
 			}
@@ -392,7 +460,9 @@ func (h *harness) waitPublished(names []string, deadline time.Time) error {
 func (h *harness) objectSize(name string) (total, managed, managers int, err error) {
 	u := strings.TrimRight(h.cfg.Host, "/") + fmt.Sprintf("/apis/%s/namespaces/%s/%s/%s",
 		circuitBreakersGVR.GroupVersion().String(), namespace, circuitBreakersGVR.Resource, name)
-	req, err := http.NewRequestWithContext(h.ctx, http.MethodGet, u, nil)
+	ctx, cancel := context.WithTimeout(h.ctx, 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -428,7 +498,9 @@ func (h *harness) apiWrites() apiWrites {
 	if slices.Contains(h.kinds, kindBreakerReport) {
 		resources[breakerReportsGVR.Resource] = true
 	}
-	req, err := http.NewRequestWithContext(h.ctx, http.MethodGet, strings.TrimRight(h.cfg.Host, "/")+"/metrics", nil)
+	ctx, cancel := context.WithTimeout(h.ctx, 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(h.cfg.Host, "/")+"/metrics", nil)
 	if err != nil {
 		return nil
 	}

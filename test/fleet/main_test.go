@@ -11,6 +11,11 @@
 // BreakerReports when the API server serves them, and in-process agents
 // through kube.StartAgent and their breakers. It never reads status.members.
 //
+// Every wait is capped. The run stops itself, the API server first, when the
+// machine has less than max(2 GiB, 10%) of its memory available: at N=500 on a
+// design where every pod writes one object, the envtest API server grew past
+// 23 GB (docs/benchmarks.md).
+//
 // It runs only with FLEET_BENCH=1, so `make test` skips it. Knobs (environment):
 //
 //	FLEET_PODS          pods (default 500)

@@ -150,16 +150,18 @@ func (t *tracker) wake() <-chan struct{} {
 	return t.changed
 }
 
-// waitFor waits until the CircuitBreaker name satisfies cond, or until the
-// deadline. It returns the version that did (or the last one seen) and whether
-// it did; the version's at is when its event arrived.
-func (t *tracker) waitFor(ctx context.Context, name string, deadline time.Time, cond func(*unstructured.Unstructured) bool) (seen, bool) {
+// waitFor waits until a version of the CircuitBreaker name that arrived at or
+// after since satisfies cond, or until the deadline. It returns the version
+// that did (or the last one seen) and whether it did; the version's at is when
+// its event arrived. A version from before since does not count: a state the
+// object already had says nothing about the step being timed.
+func (t *tracker) waitFor(ctx context.Context, name string, since, deadline time.Time, cond func(*unstructured.Unstructured) bool) (seen, bool) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for {
 		wake := t.wake()
 		s := t.breaker(name)
-		if s.obj != nil && cond(s.obj) {
+		if s.obj != nil && !s.at.Before(since) && cond(s.obj) {
 			return s, true
 		}
 		select {
