@@ -86,6 +86,19 @@ bench: ## Run the library benchmarks against other Go breakers (see docs/benchma
 bench-cluster: envtest ## Measure config and verdict propagation with 20 instances on envtest (p50/p99).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^$$' -bench Propagation -benchtime 50x ./test/e2e
 
+# make bench-fleet: N in-process pods (FLEET_PODS) and the manager binary as a
+# separate process on envtest; see test/fleet for the other FLEET_* knobs
+# (FLEET_CYCLES, FLEET_SPEC_SAMPLES, FLEET_BREAKERS, FLEET_WAIT_CAP,
+# FLEET_SETTLE_CAP, FLEET_STEADY, FLEET_MANAGER_LOG), which it passes on.
+FLEET_PODS ?= 500
+FLEET_OUT ?=
+
+.PHONY: bench-fleet
+bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, default 500) and the real manager on envtest; table to FLEET_OUT.
+	go build -o $(LOCALBIN)/manager ./cmd/manager
+	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestFleet$$' -v -count=1 -timeout 3h ./test/fleet
+
 ##@ Build
 
 .PHONY: build
