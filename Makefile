@@ -91,12 +91,13 @@ bench-cluster: envtest ## Measure config and verdict propagation with 20 instanc
 # (FLEET_CYCLES, FLEET_SPEC_SAMPLES, FLEET_BREAKERS, FLEET_WAIT_CAP,
 # FLEET_SETTLE_CAP, FLEET_STEADY, FLEET_MANAGER_LOG), which it passes on.
 FLEET_PODS ?= 500
+FLEET_CLUSTER_PODS ?= 10000
 FLEET_OUT ?=
 
 .PHONY: bench-fleet
 bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, default 500) and the real manager on envtest; table to FLEET_OUT.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
-	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
+	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_CLUSTER_PODS="$(FLEET_CLUSTER_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestFleet$$' -v -count=1 -timeout 3h ./test/fleet
 
 ##@ Build

@@ -48,6 +48,7 @@ func TestFleet(t *testing.T) {
 	rows = append(rows, h.specChanges())
 	rows = append(rows, h.tripCycles()...)
 	rows = append(rows, h.manyBreakers()...)
+	rows = append(rows, h.bystanders()...)
 }
 
 // startFleet creates the pods and the breaker, then starts every agent at
@@ -481,8 +482,8 @@ func (h *harness) report(rows []row) {
 	fmt.Fprintf(&b, "- commit: %s\n", commit)
 	fmt.Fprintf(&b, "- run: %s, %s; %d CPUs (GOMAXPROCS %d), %s\n", h.started.UTC().Format(time.RFC3339), fmtDur(time.Since(h.started)), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintf(&b, "- load: at start `%s`; at end `%s`\n", h.startUptime, uptime())
-	fmt.Fprintf(&b, "- command: `make bench-fleet FLEET_PODS=%d FLEET_CYCLES=%d FLEET_SPEC_SAMPLES=%d FLEET_BREAKERS=%d FLEET_WAIT_CAP=%s FLEET_SETTLE_CAP=%s FLEET_STEADY=%s`\n",
-		h.s.pods, h.s.cycles, h.s.specSamples, h.s.breakers, h.s.waitCap, h.s.settleCap, h.s.steady)
+	fmt.Fprintf(&b, "- command: `make bench-fleet FLEET_PODS=%d FLEET_CYCLES=%d FLEET_SPEC_SAMPLES=%d FLEET_BREAKERS=%d FLEET_WAIT_CAP=%s FLEET_SETTLE_CAP=%s FLEET_STEADY=%s FLEET_CLUSTER_PODS=%d`\n",
+		h.s.pods, h.s.cycles, h.s.specSamples, h.s.breakers, h.s.waitCap, h.s.settleCap, h.s.steady, h.s.clusterPods)
 	if h.mgr != nil {
 		fmt.Fprintf(&b, "- operator: the manager binary as a separate process, `%s`\n", strings.Join(h.mgr.args, " "))
 	}

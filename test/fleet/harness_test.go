@@ -302,14 +302,30 @@ func (h *harness) peaks() (run, phase float64) {
 	return h.heapPeak, h.phasePeak
 }
 
-// createPods creates the Pod objects, n at a time. envtest runs no scheduler
-// and no kubelet: they stay Pending, which is enough for the operator to count
-// their reports.
+// createPods creates the fleet's Pod objects. envtest runs no scheduler and no
+// kubelet: they stay Pending, which is enough for the operator to count their
+// reports.
 func (h *harness) createPods(n int) {
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("app-%d", i)
 	}
+	err := h.createPodObjects(namespace, n, func(i int) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], Labels: map[string]string{"app": "fleet"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		}
+	})
+	if err != nil {
+		h.t.Fatalf("create pods: %v", err)
+	}
+	for _, name := range names {
+		h.pods = append(h.pods, &pod{name: name})
+	}
+}
+
+// createPodObjects creates n pods in ns, 16 at a time.
+func (h *harness) createPodObjects(ns string, n int, mk func(i int) *corev1.Pod) error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -323,11 +339,7 @@ func (h *harness) createPods(n int) {
 				if i >= n {
 					return
 				}
-				_, err := h.cs.CoreV1().Pods(namespace).Create(h.ctx, &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: names[i], Labels: map[string]string{"app": "fleet"}},
-					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-				}, metav1.CreateOptions{})
-				if err != nil {
+				if _, err := h.cs.CoreV1().Pods(ns).Create(h.ctx, mk(i), metav1.CreateOptions{}); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -337,11 +349,9 @@ func (h *harness) createPods(n int) {
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		h.t.Fatalf("create pods: %d failed, first: %v", len(errs), errs[0])
+		return fmt.Errorf("%d of %d failed, first: %w", len(errs), n, errs[0])
 	}
-	for _, name := range names {
-		h.pods = append(h.pods, &pod{name: name})
-	}
+	return nil
 }
 
 // countingTransport counts an agent's writes (every request but GET and HEAD)

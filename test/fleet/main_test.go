@@ -25,6 +25,7 @@
 //	FLEET_WAIT_CAP      cap of every measured wait (default 5m)
 //	FLEET_SETTLE_CAP    cap of every wait for quiet between steps (default FLEET_WAIT_CAP)
 //	FLEET_STEADY        length of the steady-state window (default 30s)
+//	FLEET_CLUSTER_PODS  pods that use no breaker, created last, to weigh the operator's pod cache (default 0: not run)
 //	FLEET_MANAGER       manager binary (default: go build ./cmd/manager into a temp dir)
 //	FLEET_MANAGER_LOG   file for the manager's log (default: a temp file, removed)
 //	FLEET_OUT           file to write the markdown table to
@@ -39,6 +40,7 @@ import (
 // settings are the benchmark's knobs, read from the environment.
 type settings struct {
 	pods, breakers, cycles, specSamples int
+	clusterPods                         int
 	waitCap, settleCap, steady          time.Duration
 	manager, managerLog, out            string
 }
@@ -58,10 +60,10 @@ func loadSettings() (settings, error) {
 	for _, v := range []struct {
 		env string
 		dst *int
-	}{{"FLEET_PODS", &s.pods}, {"FLEET_BREAKERS", &s.breakers}, {"FLEET_CYCLES", &s.cycles}, {"FLEET_SPEC_SAMPLES", &s.specSamples}} {
+	}{{"FLEET_PODS", &s.pods}, {"FLEET_BREAKERS", &s.breakers}, {"FLEET_CYCLES", &s.cycles}, {"FLEET_SPEC_SAMPLES", &s.specSamples}, {"FLEET_CLUSTER_PODS", &s.clusterPods}} {
 		if e := os.Getenv(v.env); e != "" {
 			n, err := strconv.Atoi(e)
-			if err != nil || n < 1 {
+			if err != nil || n < 0 || n == 0 && v.env != "FLEET_CLUSTER_PODS" {
 				return s, errorf("%s=%q: want a positive integer", v.env, e)
 			}
 			*v.dst = n
