@@ -10,12 +10,20 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.2
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+GOLANGCI_LINT_VERSION ?= v2.15.0
 
 # Set USE_EXISTING_CLUSTER=true to run the manager against the cluster of your
 # KUBECONFIG instead of a local control plane.
 USE_EXISTING_CLUSTER ?= false
 
 GO_TEST_FLAGS ?= -race
+
+# Every module of the workspace (go.work): the operator, the breaker library and its
+# adapters, bench. `go test ./...` stays inside one module, so the targets below name
+# each module's directory. hack/tools is not in the workspace (go.work says why).
+MODULE_DIRS := $(shell go list -m -f '{{.Dir}}')
+MODULE_PKGS = $(patsubst $(CURDIR)%,.%/...,$(MODULE_DIRS))
 
 .PHONY: all
 all: build
@@ -42,17 +50,33 @@ fmt: ## Fail if any Go file is not gofmt'ed.
 
 .PHONY: vet
 vet: ## Run go vet on every module.
-	go vet ./...
-	cd hack/tools && go vet ./...
-	@if [ -f bench/go.mod ]; then cd bench && go vet ./...; fi
+	go vet $(MODULE_PKGS)
+	cd hack/tools && GOWORK=off go vet ./...
+	cd hack/image && GOWORK=off go vet ./...
+	cd hack/helm && GOWORK=off go vet ./...
+
+.PHONY: tidy
+tidy: ## Run go mod tidy in every module (hack/tidy.sh: the unpublished sibling modules replaced by their directories).
+	hack/tidy.sh
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint (.golangci.yml) on every module of the workspace and on hack/image and hack/helm.
+	@set -e; for dir in $(filter-out $(CURDIR)/bench,$(MODULE_DIRS)); do echo "golangci-lint: $${dir#$(CURDIR)/}"; (cd $$dir && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...); done
+	cd hack/image && GOWORK=off $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+	cd hack/helm && GOWORK=off $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd from source for envtest (once; cached after).
 	@hack/envtest.sh >/dev/null
 
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize ## Run every test (envtest suites, unit tests, -race).
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) ./... -count=1
+test: manifests generate fmt vet envtest kustomize ## Run every test of every module (envtest suites, unit tests, -race).
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) $(MODULE_PKGS) -count=1
+
+.PHONY: test-release
+test-release: envtest kustomize ## Test what ships: the image (build, push, pull, run, rebuild: same digest), the chart, the install on envtest.
+	cd hack/image && GOWORK=off go test -count=1 -timeout 30m ./...
+	assets="$$(hack/envtest.sh)" && cd hack/helm && KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" GOWORK=off go test -count=1 -timeout 15m ./...
 
 .PHONY: bench
 bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
@@ -61,6 +85,20 @@ bench: ## Run the library benchmarks against other Go breakers (see docs/benchma
 .PHONY: bench-cluster
 bench-cluster: envtest ## Measure config and verdict propagation with 20 instances on envtest (p50/p99).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^$$' -bench Propagation -benchtime 50x ./test/e2e
+
+# make bench-fleet: N in-process pods (FLEET_PODS) and the manager binary as a
+# separate process on envtest; see test/fleet for the other FLEET_* knobs
+# (FLEET_CYCLES, FLEET_SPEC_SAMPLES, FLEET_BREAKERS, FLEET_WAIT_CAP,
+# FLEET_SETTLE_CAP, FLEET_STEADY, FLEET_MANAGER_LOG), which it passes on.
+FLEET_PODS ?= 500
+FLEET_CLUSTER_PODS ?= 10000
+FLEET_OUT ?=
+
+.PHONY: bench-fleet
+bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, default 500) and the real manager on envtest; table to FLEET_OUT.
+	go build -o $(LOCALBIN)/manager ./cmd/manager
+	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_CLUSTER_PODS="$(FLEET_CLUSTER_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestFleet$$' -v -count=1 -timeout 3h ./test/fleet
 
 ##@ Build
 
@@ -71,7 +109,7 @@ build: manifests generate ## Build the manager binary.
 .PHONY: run
 run: manifests generate build envtest ## Run Fusebox on a local control plane (or on your cluster with USE_EXISTING_CLUSTER=true).
 ifeq ($(USE_EXISTING_CLUSTER),true)
-	$(LOCALBIN)/manager --leader-elect=false
+	$(LOCALBIN)/manager --leader-elect=false --metrics-secure=false
 else
 	go run ./hack/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager
 endif
@@ -80,9 +118,21 @@ endif
 demo: build envtest ## Run the end-to-end demo on a local control plane; it ends by itself within 90 s.
 	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
+.PHONY: image
+image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
+
+.PHONY: image-push
+image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar -push
+
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a Docker engine).
+docker-build: ## Build the manager image with a Docker engine (the Dockerfile; same contents as `make image`).
 	docker build -t $(IMG) .
+
+.PHONY: helm
+helm: kustomize ## Generate the Helm chart in dist/chart from config/.
+	cd hack/helm && GOWORK=off go run . -root $(CURDIR) -kustomize $(KUSTOMIZE)
 
 ##@ Deployment
 
@@ -117,3 +167,8 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 kustomize: $(KUSTOMIZE)
 $(KUSTOMIZE): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT)
+$(GOLANGCI_LINT): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

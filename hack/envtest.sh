@@ -11,6 +11,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tools="${here}/tools"
+# hack/tools is not in the repository's go.work: the control plane is built with the
+# versions kubernetes pins, not with the operator's merged in.
+export GOWORK=off
 
 k8s_version="$(cd "${tools}" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 k8s_version="${k8s_version#v}"

@@ -2,6 +2,8 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Mode says whether a breaker enforces its verdict, only reports it, or is held
@@ -11,14 +13,14 @@ type Mode string
 
 const (
 	// ModeEnforce short-circuits calls while the circuit is open.
-	ModeEnforce Mode = "Enforce"
+	ModeEnforce Mode = breakerconfig.ModeEnforce
 	// ModeMetricsOnly computes and reports the verdict but never refuses a call,
 	// for trying a policy out on live traffic.
-	ModeMetricsOnly Mode = "MetricsOnly"
+	ModeMetricsOnly Mode = breakerconfig.ModeMetricsOnly
 	// ModeForcedOpen holds the circuit open: every call is short-circuited.
-	ModeForcedOpen Mode = "ForcedOpen"
+	ModeForcedOpen Mode = breakerconfig.ModeForcedOpen
 	// ModeForcedClosed holds the circuit closed: every call runs.
-	ModeForcedClosed Mode = "ForcedClosed"
+	ModeForcedClosed Mode = breakerconfig.ModeForcedClosed
 )
 
 // Scope says whether each pod decides alone or one pod's verdict opens the
@@ -28,9 +30,10 @@ type Scope string
 
 const (
 	// ScopePod lets every pod open and close its own circuit.
-	ScopePod Scope = "Pod"
-	// ScopeFleet shares the verdict: one pod that opens opens the circuit for all.
-	ScopeFleet Scope = "Fleet"
+	ScopePod Scope = breakerconfig.ScopePod
+	// ScopeFleet shares the verdict: pods that open on their own evidence open
+	// the circuit for all (see fleetQuorumPercent).
+	ScopeFleet Scope = breakerconfig.ScopeFleet
 )
 
 // Defaults of CircuitBreakerSpec, as the API server fills them in.
@@ -41,6 +44,7 @@ const (
 	DefaultMinimumThroughput      = 20
 	DefaultSuccessThreshold       = 2
 	DefaultHalfOpenPermittedCalls = 1
+	DefaultFleetQuorumPercent     = 0
 )
 
 // CircuitBreakerSpec declares how a breaker judges a dependency.
@@ -105,11 +109,22 @@ type CircuitBreakerSpec struct {
 	// +kubebuilder:default=Enforce
 	Mode Mode `json:"mode,omitempty"`
 
-	// scope is Pod (each pod decides alone) or Fleet (one pod that opens opens
-	// the circuit for every pod; counters stay per pod).
+	// scope is Pod (each pod decides alone) or Fleet (pods that open on their
+	// own evidence open the circuit for every pod; counters stay per pod).
 	// +optional
 	// +kubebuilder:default=Pod
 	Scope Scope `json:"scope,omitempty"`
+
+	// fleetQuorumPercent, with scope Fleet, is the share of the reporting pods,
+	// in percent, that must hold an Open reached on their own evidence (their
+	// calls, a Trip, a failed probe) before the fleet opens; at least one pod
+	// always must. 0 (the default) means one pod is enough. A quorum keeps one
+	// pod on a bad node from opening the circuit for the whole Deployment.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	FleetQuorumPercent *int32 `json:"fleetQuorumPercent,omitempty"`
 }
 
 // State is a circuit's state, as pods report it and as the fleet sees it.
@@ -117,16 +132,16 @@ type CircuitBreakerSpec struct {
 type State string
 
 const (
-	// StateClosed: calls run and are counted.
-	StateClosed State = "Closed"
-	// StateOpen: calls are short-circuited until the open timeout passes.
-	StateOpen State = "Open"
-	// StateHalfOpen: a few probe calls test whether the dependency is back.
-	StateHalfOpen State = "HalfOpen"
+	// StateClosed means calls run and are counted.
+	StateClosed State = breakerconfig.StateClosed
+	// StateOpen means calls are short-circuited until the open timeout passes.
+	StateOpen State = breakerconfig.StateOpen
+	// StateHalfOpen means a few probe calls test whether the dependency is back.
+	StateHalfOpen State = breakerconfig.StateHalfOpen
 )
 
-// MemberStatus is one pod's report of its breaker. Each pod writes only its
-// own entry, by server-side apply, and only when something in it changes.
+// MemberStatus is one pod's line about this breaker, as the operator read it
+// from the pod's BreakerReport.
 type MemberStatus struct {
 	// pod is the name of the reporting pod.
 	// +required
@@ -141,6 +156,12 @@ type MemberStatus struct {
 	// since is when the pod's circuit reached its state.
 	// +required
 	Since metav1.Time `json:"since"`
+
+	// reason is how the pod's circuit reached its state: Started, Tripped,
+	// Manual, ProbeFailed, ProbesSucceeded, TimedOut, Adopted or Forced.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
 
 	// failureRatePercent is the failure rate of the pod's window, in percent,
 	// at the transition into state.
@@ -166,9 +187,13 @@ type MemberStatus struct {
 	ConfigError string `json:"configError,omitempty"`
 }
 
+// MaxMembersListed is how many pods status.members lists.
+const MaxMembersListed = 20
+
 // MemberCounts summarizes the reporting pods.
 type MemberCounts struct {
-	// reporting is how many pods report this breaker.
+	// reporting is how many running pods report this breaker. Pods that
+	// finished (phase Succeeded or Failed) count for nothing.
 	Reporting int32 `json:"reporting"`
 	// closed is how many reporting pods have the circuit closed.
 	Closed int32 `json:"closed"`
@@ -198,21 +223,24 @@ type CircuitBreakerStatus struct {
 	// +optional
 	State State `json:"state,omitempty"`
 
-	// memberCounts summarizes members.
+	// memberCounts counts every reporting pod by state.
 	// +optional
 	MemberCounts *MemberCounts `json:"memberCounts,omitempty"`
 
-	// members holds one entry per pod that runs this breaker, written by the
-	// pod itself. Entries of pods that no longer exist are removed.
+	// members lists the most relevant reporting pods, at most 20: open first,
+	// then half-open, refusing the latest configuration, behind it, and closed.
+	// The operator writes it from the pods' BreakerReports; memberCounts
+	// counts them all.
 	// +optional
 	// +listType=map
 	// +listMapKey=pod
-	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:MaxItems=20
 	Members []MemberStatus `json:"members,omitempty"`
 
 	// conditions are the latest observations of the breaker: Ready (its
-	// configuration is valid and published), Open (its state is Open) and
-	// ConfigApplied (every reporting pod runs the published configuration).
+	// configuration is valid and published), Open (its state is Open; with
+	// scope Fleet, the fleet verdict) and ConfigApplied (every reporting pod
+	// runs the published configuration).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -232,11 +260,14 @@ type CircuitBreakerStatus struct {
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Scope",type=string,JSONPath=`.spec.scope`
 // +kubebuilder:printcolumn:name="Open",type=integer,JSONPath=`.status.memberCounts.open`,description="Pods whose circuit is open"
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.memberCounts.reporting`,description="Running pods that report this breaker"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Open Timeout",type=string,JSONPath=`.spec.openTimeout`,priority=10
 // +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`,priority=10
 // +kubebuilder:printcolumn:name="Failure Rate",type=integer,JSONPath=`.spec.failureRatePercent`,priority=10
+// +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 248",message="metadata.name must be at most 248 characters: the breaker is published under the ConfigMap key <name>.json, and keys are at most 253"
 type CircuitBreaker struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -258,8 +289,4 @@ type CircuitBreakerList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []CircuitBreaker `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&CircuitBreaker{}, &CircuitBreakerList{})
 }

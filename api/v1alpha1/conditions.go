@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+
 // Condition types of CircuitBreaker status, and the reasons each may carry.
 const (
 	// ConditionReady is True when the breaker's configuration is valid and
@@ -50,15 +52,16 @@ const (
 	EventCircuitHalfOpened = "CircuitHalfOpened"
 	EventCircuitClosed     = "CircuitClosed"
 	EventConfigRejected    = "ConfigRejected"
-	EventMemberPruned      = "MemberPruned"
+	// EventMemberPruned (Normal): the reports of pods that are gone were deleted.
+	EventMemberPruned = "MemberPruned"
 )
 
 // ConfigMapName is the ConfigMap, one per namespace, that holds the rendered
 // configuration of every CircuitBreaker in it, under the key <name>.json.
-const ConfigMapName = "fusebox-breakers"
+const ConfigMapName = breakerconfig.ConfigMapName
 
 // ManagedByLabel marks the objects Fusebox writes; its value is ManagedByValue.
 const (
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedByValue = "fusebox"
+	ManagedByLabel = breakerconfig.ManagedByLabel
+	ManagedByValue = breakerconfig.ManagedByValue
 )

@@ -84,6 +84,8 @@ func TestAPIServerRefusesInvalidBreakers(t *testing.T) {
 		{"mode unknown", map[string]any{"mode": "Sometimes"}, "mode"},
 		{"mode lower case", map[string]any{"mode": "enforce"}, "mode"},
 		{"scope unknown", map[string]any{"scope": "Cluster"}, "scope"},
+		{"fleetQuorumPercent 101", map[string]any{"scope": "Fleet", "fleetQuorumPercent": 101}, "fleetQuorumPercent"},
+		{"fleetQuorumPercent negative", map[string]any{"fleetQuorumPercent": -1}, "fleetQuorumPercent"},
 		{"spec a string", nil, "spec"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +130,8 @@ func TestAPIServerDefaultsAnEmptySpec(t *testing.T) {
 				s.MinimumThroughput == nil || *s.MinimumThroughput != 20 ||
 				s.SuccessThreshold == nil || *s.SuccessThreshold != 2 ||
 				s.HalfOpenPermittedCalls == nil || *s.HalfOpenPermittedCalls != 1 ||
-				s.Mode != resiliencev1alpha1.ModeEnforce || s.Scope != resiliencev1alpha1.ScopePod {
+				s.Mode != resiliencev1alpha1.ModeEnforce || s.Scope != resiliencev1alpha1.ScopePod ||
+				s.FleetQuorumPercent == nil || *s.FleetQuorumPercent != 0 {
 				t.Errorf("defaults of an empty spec differ from DESIGN.md §3: %+v", s)
 			}
 		})
@@ -139,7 +142,7 @@ func TestAPIServerAcceptsTheBounds(t *testing.T) {
 	ctx := context.Background()
 	for i, spec := range []map[string]any{
 		{"openTimeout": "1s", "window": "1s", "failureRatePercent": 1, "minimumThroughput": 1, "successThreshold": 1, "halfOpenPermittedCalls": 1},
-		{"openTimeout": "24h", "window": "1h", "failureRatePercent": 100, "mode": "ForcedOpen", "scope": "Fleet"},
+		{"openTimeout": "24h", "window": "1h", "failureRatePercent": 100, "mode": "ForcedOpen", "scope": "Fleet", "fleetQuorumPercent": 100},
 		{"openTimeout": "1m30s", "window": "1.5s", "mode": "MetricsOnly"},
 		{"mode": "ForcedClosed"},
 	} {
@@ -149,5 +152,110 @@ func TestAPIServerAcceptsTheBounds(t *testing.T) {
 			continue
 		}
 		_ = k8sClient.Delete(ctx, obj)
+	}
+}
+
+// The breaker is published under the ConfigMap key <name>.json, and keys are at most 253
+// characters: a longer name is refused at admission, naming the field, not left for the
+// operator to fail on.
+func TestAPIServerRefusesANameNoConfigMapKeyHolds(t *testing.T) {
+	ctx := context.Background()
+	tooLong := breaker(strings.Repeat("a", 249), map[string]any{})
+	err := k8sClient.Create(ctx, tooLong)
+	if err == nil {
+		_ = k8sClient.Delete(ctx, tooLong)
+		t.Fatal("API server accepted a 249-character name")
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.name") {
+		t.Errorf("want Invalid naming metadata.name, got %v", err)
+	}
+	longest := breaker(strings.Repeat("a", 248), map[string]any{})
+	if err := k8sClient.Create(ctx, longest); err != nil {
+		t.Fatalf("a 248-character name refused: %v", err)
+	}
+	_ = k8sClient.Delete(ctx, longest)
+}
+
+// report is an unstructured BreakerReport holding one entry.
+func report(name string, entry map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resilience.fusebox.dev/v1alpha1",
+		"kind":       "BreakerReport",
+		"metadata":   map[string]any{"name": name, "namespace": "default"},
+		"breakers":   []any{entry},
+	}}
+}
+
+func reportEntry(change func(map[string]any)) map[string]any {
+	e := map[string]any{
+		"name": "payments-api", "state": "Open", "since": "2026-11-29T21:55:51.123Z", "reason": "Tripped",
+		"calls": 40, "failureRatePercent": 60, "configGeneration": 3,
+	}
+	if change != nil {
+		change(e)
+	}
+	return e
+}
+
+func TestAPIServerRefusesInvalidReports(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		change func(map[string]any)
+		field  string // the message must name it
+	}{
+		{"state unknown", func(e map[string]any) { e["state"] = "Ajar" }, "breakers[0].state"},
+		{"state lower case", func(e map[string]any) { e["state"] = "open" }, "breakers[0].state"},
+		{"reason unknown", func(e map[string]any) { e["reason"] = "Vibes" }, "breakers[0].reason"},
+		{"reason missing", func(e map[string]any) { delete(e, "reason") }, "breakers[0].reason"},
+		{"since not a time", func(e map[string]any) { e["since"] = "yesterday" }, "breakers[0].since"},
+		{"name empty", func(e map[string]any) { e["name"] = "" }, "breakers[0].name"},
+		{"failureRatePercent 101", func(e map[string]any) { e["failureRatePercent"] = 101 }, "breakers[0].failureRatePercent"},
+		{"calls negative", func(e map[string]any) { e["calls"] = -1 }, "breakers[0].calls"},
+		{"configError too long", func(e map[string]any) { e["configError"] = strings.Repeat("x", 1025) }, "breakers[0].configError"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := report("bad-report", reportEntry(tc.change))
+			err := k8sClient.Create(ctx, obj)
+			if err == nil {
+				_ = k8sClient.Delete(ctx, obj)
+				t.Fatal("API server accepted the report")
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want Invalid, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("message does not name %s: %v", tc.field, err)
+			}
+		})
+	}
+
+	t.Run("duplicate breaker names", func(t *testing.T) {
+		obj := report("dup-report", reportEntry(nil))
+		obj.Object["breakers"] = []any{reportEntry(nil), reportEntry(nil)}
+		err := k8sClient.Create(ctx, obj)
+		if err == nil {
+			_ = k8sClient.Delete(ctx, obj)
+			t.Fatal("API server accepted two entries of one breaker")
+		}
+		if !strings.Contains(err.Error(), "breakers[1]") {
+			t.Errorf("message does not name the duplicate: %v", err)
+		}
+	})
+}
+
+func TestAPIServerKeepsAReportsMilliseconds(t *testing.T) {
+	ctx := context.Background()
+	obj := report("good-report", reportEntry(nil))
+	if err := k8sClient.Create(ctx, obj); err != nil {
+		t.Fatalf("a valid report refused: %v", err)
+	}
+	defer func() { _ = k8sClient.Delete(ctx, obj) }()
+	var got resiliencev1alpha1.BreakerReport
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Breakers) != 1 || got.Breakers[0].Since.UnixMilli()%1000 != 123 || got.Breakers[0].Reason != "Tripped" {
+		t.Errorf("stored report %+v, want the entry as written, milliseconds included", got.Breakers)
 	}
 }

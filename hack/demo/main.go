@@ -72,7 +72,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop()
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop control plane:", err)
+		}
+	}()
 	say("control plane up; watch live from another terminal:")
 	fmt.Printf("\n    kubectl --kubeconfig %s get cb -w\n\n", cluster.Kubeconfig)
 
@@ -112,21 +116,24 @@ func run() error {
 	up := newUpstream()
 	defer up.Close()
 
-	// The app instances: each a "pod" with its own breaker registry, reporting
-	// under its own name. The Pod objects exist so the operator keeps their reports.
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The app instances: each a "pod" with its own breaker registry, reporting in
+	// its own BreakerReport. The Pod objects exist because a report is owned by its
+	// Pod, and the operator deletes the reports of Pods that do not exist; each
+	// instance is given its Pod's UID, as the injection webhook's POD_UID gives it.
+	quiet := slog.New(slog.DiscardHandler)
 	var wg sync.WaitGroup
 	appCtx, stopApps := context.WithCancel(ctx)
 	defer func() { stopApps(); wg.Wait() }()
 	for i := range instances {
 		pod := fmt.Sprintf("app-%d", i)
-		if err := cl.Create(ctx, &corev1.Pod{
+		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-		}); err != nil {
+		}
+		if err := cl.Create(ctx, p); err != nil {
 			return fmt.Errorf("create pod %s: %w", pod, err)
 		}
-		reg, err := kube.Start(appCtx, kube.Options{Config: cluster.Config, Namespace: namespace, Pod: pod, Logger: quiet})
+		reg, err := kube.Start(appCtx, kube.Options{Config: cluster.Config, Namespace: namespace, Pod: pod, PodUID: string(p.UID), Logger: quiet})
 		if err != nil {
 			return fmt.Errorf("start instance %s: %w", pod, err)
 		}

@@ -52,7 +52,10 @@ func run() error {
 	}()
 	fmt.Fprintf(os.Stderr, "localcluster: control plane up in %s at %s\n", time.Since(started).Round(time.Millisecond), cluster.Config.Host)
 
-	cmd := exec.Command(*manager, append(cluster.WebhookArgs(), managerArgs...)...)
+	// Plain-HTTP metrics on :8080, for curl: a local run has no scraper
+	// with a service account token. Arguments after -- come later and win.
+	args := append([]string{"--metrics-secure=false"}, cluster.WebhookArgs()...)
+	cmd := exec.Command(*manager, append(args, managerArgs...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -92,10 +95,13 @@ func run() error {
 	case <-ctx.Done():
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "localcluster: manager:", err)
+			}
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			fmt.Fprintln(os.Stderr, "localcluster: manager killed after 15 s:", <-exited)
 		}
 		return nil
 	}

@@ -78,7 +78,8 @@ var _ = Describe("CircuitBreaker controller", func() {
 	BeforeEach(func(ctx SpecContext) { ns = newNamespace(ctx) })
 
 	It("publishes a new breaker exactly as rendered and marks it Ready", func(ctx SpecContext) {
-		Expect(k8sClient.Create(ctx, newBreaker(ns, "payments-api"))).To(Succeed())
+		cb := newBreaker(ns, "payments-api")
+		Expect(k8sClient.Create(ctx, cb)).To(Succeed())
 
 		Eventually(func(g Gomega) {
 			var cm corev1.ConfigMap
@@ -88,6 +89,7 @@ var _ = Describe("CircuitBreaker controller", func() {
 			g.Expect(cm.Data["payments-api.json"]).To(Equal(`{
   "name": "payments-api",
   "generation": 1,
+  "uid": "` + string(cb.UID) + `",
   "openTimeout": "30s",
   "window": "10s",
   "failureRatio": 0.5,

@@ -1,16 +1,35 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// severity orders member states for the breaker's overall state: one open pod
+// breakerView is what the reports of a breaker's running pods add up to.
+type breakerView struct {
+	state  resiliencev1alpha1.State // empty when no pod reports
+	counts *resiliencev1alpha1.MemberCounts
+	// listed are the most relevant members, at most MaxMembersListed, for status.members.
+	listed []resiliencev1alpha1.MemberStatus
+	// rejected lists every member that refused the published config, as "pod: reason".
+	rejected []string
+	// fleet is the fleet's decision, for scope Fleet.
+	fleet *fleetDecision
+	// opener is the open member whose Open is the most recent one earned, for Pod scope.
+	opener *member
+	// forced: a Fleet breaker is open because its mode holds it open, not by a verdict.
+	forced bool
+}
+
+// severity orders member states for a Pod-scope breaker's overall state: one open pod
 // makes the breaker Open.
 func severity(s resiliencev1alpha1.State) int {
 	switch s {
@@ -23,20 +42,24 @@ func severity(s resiliencev1alpha1.State) int {
 	}
 }
 
-// aggregate computes the breaker's state and member counts from its members.
-// The state is the most severe member state, or with scope Fleet the fleet
-// verdict while there is one; it is empty when no pod reports.
-func aggregate(cb *resiliencev1alpha1.CircuitBreaker) (resiliencev1alpha1.State, *resiliencev1alpha1.MemberCounts) {
-	members := cb.Status.Members
+// aggregate adds up the members of cb. With scope Pod the state is the most severe member
+// state. With scope Fleet it is Open while the fleet is open; otherwise HalfOpen while some
+// pod is not closed (probing, or open below the quorum), else Closed.
+func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerView {
+	var v breakerView
 	if len(members) == 0 {
-		return "", nil
+		return v
 	}
 	counts := &resiliencev1alpha1.MemberCounts{Reporting: int32(len(members))}
 	state := resiliencev1alpha1.StateClosed
-	for _, m := range members {
-		switch m.State {
+	for i := range members {
+		m := &members[i]
+		switch m.entry.State {
 		case resiliencev1alpha1.StateOpen:
 			counts.Open++
+			if v.opener == nil || earnedFirst(m, v.opener) {
+				v.opener = m
+			}
 		case resiliencev1alpha1.StateHalfOpen:
 			counts.HalfOpen++
 		default:
@@ -45,102 +68,166 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker) (resiliencev1alpha1.State,
 		if onLatestConfig(cb, m) {
 			counts.OnLatestConfig++
 		}
-		if severity(m.State) > severity(state) {
-			state = m.State
+		if m.entry.ConfigError != "" {
+			v.rejected = append(v.rejected, m.pod+": "+m.entry.ConfigError)
+		}
+		if severity(m.entry.State) > severity(state) {
+			state = m.entry.State
 		}
 	}
+	slices.Sort(v.rejected)
 	if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
-		if v := fleetVerdict(members); v != nil {
-			state = resiliencev1alpha1.State(v.State)
+		d := decideFleet(cb, members)
+		v.fleet = &d
+		switch {
+		case d.open:
+			state = resiliencev1alpha1.StateOpen
+		case state == resiliencev1alpha1.StateOpen && cb.Spec.Mode == resiliencev1alpha1.ModeForcedOpen:
+			// Held open by its mode, which moves no verdict but is open all the same.
+			v.forced = true
+		case state == resiliencev1alpha1.StateOpen:
+			state = resiliencev1alpha1.StateHalfOpen
 		}
 	}
-	return state, counts
+	v.state, v.counts = state, counts
+	v.listed = listed(cb, members)
+	return v
 }
 
-func onLatestConfig(cb *resiliencev1alpha1.CircuitBreaker, m resiliencev1alpha1.MemberStatus) bool {
-	return m.ConfigGeneration == cb.Generation && m.ConfigError == ""
+// earnedFirst orders open members for naming the one that opened a Pod-scope breaker: the
+// most recent Open, and among equal times one reached on the pod's own evidence, then the
+// first pod by name. The order must be total: members come in the cache's order, which
+// changes between reconciles, and a tie broken by it changed the Open condition's message,
+// so a status that nothing changed was written again.
+func earnedFirst(a, b *member) bool {
+	if !a.since.Equal(b.since) {
+		return a.since.After(b.since)
+	}
+	if aCalls, bCalls := a.entry.Calls != nil, b.entry.Calls != nil; aCalls != bCalls {
+		return aCalls
+	}
+	return a.pod < b.pod
 }
 
-// fleetVerdict is the shared verdict of a breaker with scope Fleet: the most
-// recent Open or Closed report of any member. A member that opens opens the
-// fleet; a member that closes after its probes succeed closes it; a failed
-// probe re-opens it with a new time. Half-open is not shared: every pod probes
-// on its own, after its own open timeout, as in a single process. There is no
-// verdict when every member is closed (nothing to share) or none has decided.
-func fleetVerdict(members []resiliencev1alpha1.MemberStatus) *breakerconfig.Verdict {
-	var latest *resiliencev1alpha1.MemberStatus
-	settled := true
+func onLatestConfig(cb *resiliencev1alpha1.CircuitBreaker, m *member) bool {
+	return m.entry.ConfigGeneration == cb.Generation && m.entry.ConfigError == ""
+}
+
+// relevance ranks a member for status.members: open, half-open, refusing the latest
+// config, behind it, closed.
+func relevance(cb *resiliencev1alpha1.CircuitBreaker, m *member) int {
+	switch {
+	case m.entry.State == resiliencev1alpha1.StateOpen:
+		return 0
+	case m.entry.State == resiliencev1alpha1.StateHalfOpen:
+		return 1
+	case m.entry.ConfigError != "":
+		return 2
+	case !onLatestConfig(cb, m):
+		return 3
+	}
+	return 4
+}
+
+// listed returns the most relevant members as status.members spells them: by relevance,
+// then the most recent first, then by pod name, so the list is stable while nothing moves.
+func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resiliencev1alpha1.MemberStatus {
+	order := make([]*member, len(members))
 	for i := range members {
-		m := &members[i]
-		if m.State != resiliencev1alpha1.StateClosed {
-			settled = false
-		}
-		if m.State == resiliencev1alpha1.StateHalfOpen {
-			continue
-		}
-		// On a tie an Open report wins: opening is the safe side.
-		if latest == nil || m.Since.After(latest.Since.Time) ||
-			m.Since.Equal(&latest.Since) && m.State == resiliencev1alpha1.StateOpen {
-			latest = m
-		}
+		order[i] = &members[i]
 	}
-	if latest == nil || settled {
-		return nil
+	slices.SortFunc(order, func(a, b *member) int {
+		return cmp.Or(cmp.Compare(relevance(cb, a), relevance(cb, b)), b.since.Compare(a.since), cmp.Compare(a.pod, b.pod))
+	})
+	out := make([]resiliencev1alpha1.MemberStatus, 0, min(len(order), resiliencev1alpha1.MaxMembersListed))
+	for _, m := range order[:min(len(order), resiliencev1alpha1.MaxMembersListed)] {
+		out = append(out, resiliencev1alpha1.MemberStatus{
+			Pod:   m.pod,
+			State: m.entry.State,
+			// Whole seconds, as the API server stores a metav1.Time: a report's
+			// milliseconds kept here would make every stored status differ from the
+			// one computed again, and every reconcile patch it.
+			Since:              metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
+			Reason:             m.entry.Reason,
+			FailureRatePercent: m.entry.FailureRatePercent,
+			Calls:              m.entry.Calls,
+			ConfigGeneration:   m.entry.ConfigGeneration,
+			ConfigError:        m.entry.ConfigError,
+		})
 	}
-	return &breakerconfig.Verdict{State: string(latest.State), Since: latest.Since.UTC()}
-}
-
-// opener is the open member whose report opened the breaker most recently, for
-// the CircuitOpened Event. Pods that adopted a fleet verdict report the same
-// time without evidence of their own, so among equals the one with evidence,
-// the pod that actually opened, is named.
-func opener(members []resiliencev1alpha1.MemberStatus) *resiliencev1alpha1.MemberStatus {
-	var latest *resiliencev1alpha1.MemberStatus
-	for i := range members {
-		m := &members[i]
-		if m.State != resiliencev1alpha1.StateOpen {
-			continue
-		}
-		if latest == nil || m.Since.After(latest.Since.Time) ||
-			m.Since.Equal(&latest.Since) && latest.Calls == nil && m.Calls != nil {
-			latest = m
-		}
-	}
-	return latest
-}
-
-// openedMessage describes who opened the breaker and on what evidence.
-func openedMessage(cb *resiliencev1alpha1.CircuitBreaker) string {
-	m := opener(cb.Status.Members)
-	if m == nil {
-		return "The fleet verdict is Open"
-	}
-	var evidence string
-	if m.FailureRatePercent != nil && m.Calls != nil {
-		evidence = fmt.Sprintf(": %d%% of %d calls failed", *m.FailureRatePercent, *m.Calls)
-	}
-	return fmt.Sprintf("Pod %s opened the circuit at %s%s", m.Pod, m.Since.UTC().Format(time.RFC3339), evidence)
-}
-
-// rejections lists the members that refused the published configuration, as
-// "pod: reason", sorted by pod.
-func rejections(members []resiliencev1alpha1.MemberStatus) []string {
-	var out []string
-	for _, m := range members {
-		if m.ConfigError != "" {
-			out = append(out, m.Pod+": "+m.ConfigError)
-		}
-	}
-	slices.Sort(out)
 	return out
 }
 
-// maxListed is how many pods a condition message names before "and N more".
+// openedMessage describes who opened the breaker and on what evidence.
+func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	if d := v.fleet; d != nil {
+		if v.forced {
+			return fmt.Sprintf("Held open by mode %s on %d of %d pods", resiliencev1alpha1.ModeForcedOpen, v.counts.Open, v.counts.Reporting)
+		}
+		if !d.open {
+			return fleetProgress(cb, v)
+		}
+		openers := d.openers[:d.need]
+		pods := make([]string, len(openers))
+		for i, m := range openers {
+			pods[i] = m.pod + evidence(m)
+		}
+		return fmt.Sprintf("The fleet is open since %s: %d of %d pods opened on their own evidence (quorum %d%%): %s",
+			openers[len(openers)-1].since.UTC().Format(time.RFC3339), len(d.openers), v.counts.Reporting,
+			int32Or(cb.Spec.FleetQuorumPercent, 0), joinLimited(pods))
+	}
+	m := v.opener
+	if m == nil {
+		return "The circuit is open"
+	}
+	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", m.pod, m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(*m))
+}
+
+// halfOpenedMessage says why the breaker is half-open, for its CircuitHalfOpened Event.
+func halfOpenedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	if m := fleetHalfOpen(cb, v); m != "" {
+		return m
+	}
+	return fmt.Sprintf("%d of %d pods are probing whether the dependency is back", v.counts.HalfOpen, v.counts.Reporting)
+}
+
+// fleetHalfOpen says why a Fleet breaker that is not open is not closed either, when it is
+// not that its pods are probing: pods open on their own evidence that do not make the quorum
+// yet, or pods that have not yet followed the probes that closed the fleet. "0 of 10 pods
+// are probing", or a quorum count that is met, would mislead in both cases. "" otherwise.
+func fleetHalfOpen(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	d := v.fleet
+	switch {
+	case d == nil || d.open:
+		return ""
+	case len(d.openers) > 0 && len(d.openers) < d.need:
+		return fleetProgress(cb, v)
+	case d.verdict != nil && d.verdict.State == breakerconfig.StateClosed:
+		return fmt.Sprintf("A pod's probes closed the fleet at %s; the other pods follow", d.verdict.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// fleetProgress says how close a Fleet breaker that is not open is to its quorum.
+func fleetProgress(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
+	return fmt.Sprintf("%d of %d pods open on their own evidence, quorum %d%% needs %d",
+		len(v.fleet.openers), v.counts.Reporting, int32Or(cb.Spec.FleetQuorumPercent, 0), v.fleet.need)
+}
+
+func evidence(m member) string {
+	if m.entry.FailureRatePercent == nil || m.entry.Calls == nil {
+		return ""
+	}
+	return fmt.Sprintf(": %d%% of %d calls failed", *m.entry.FailureRatePercent, *m.entry.Calls)
+}
+
+// maxListed is how many pods a condition message or Event names before "and N more".
 const maxListed = 5
 
-func joinLimited(items []string, limit int) string {
-	if len(items) <= limit {
+// joinLimited joins items, naming at most maxListed of them.
+func joinLimited(items []string) string {
+	if len(items) <= maxListed {
 		return strings.Join(items, "; ")
 	}
-	return strings.Join(items[:limit], "; ") + fmt.Sprintf("; and %d more", len(items)-limit)
+	return strings.Join(items[:maxListed], "; ") + fmt.Sprintf("; and %d more", len(items)-maxListed)
 }

@@ -10,14 +10,12 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// configKey is the ConfigMap data key under which a breaker is published.
-func configKey(name string) string { return name + ".json" }
-
-// render turns a CircuitBreaker into its published configuration. Fields the
+// render turns a CircuitBreaker into its published configuration, carrying the fleet
+// verdict given (nil for none; only scope Fleet has one). Fields the
 // API server did not default (an object stored before a default existed) get
 // the documented defaults; anything the breaker library would refuse is an
 // error naming the field, so it never reaches the ConfigMap.
-func render(cb *resiliencev1alpha1.CircuitBreaker) (breakerconfig.Config, error) {
+func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdict) (breakerconfig.Config, error) {
 	s := cb.Spec
 	openTimeout, err := durationOr(s.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
 	if err != nil {
@@ -35,9 +33,13 @@ func render(cb *resiliencev1alpha1.CircuitBreaker) (breakerconfig.Config, error)
 	if scope == "" {
 		scope = resiliencev1alpha1.ScopePod
 	}
+	if len(cb.Name) > breakerconfig.MaxKeyNameLength {
+		return breakerconfig.Config{}, fmt.Errorf("metadata.name: %d characters, more than the %d a ConfigMap key leaves for it", len(cb.Name), breakerconfig.MaxKeyNameLength)
+	}
 	c := breakerconfig.Config{
 		Name:                   cb.Name,
 		Generation:             cb.Generation,
+		UID:                    string(cb.UID),
 		OpenTimeout:            breakerconfig.Duration(openTimeout),
 		Window:                 breakerconfig.Duration(window),
 		FailureRatio:           float64(int32Or(s.FailureRatePercent, resiliencev1alpha1.DefaultFailureRatePercent)) / 100,
@@ -48,7 +50,7 @@ func render(cb *resiliencev1alpha1.CircuitBreaker) (breakerconfig.Config, error)
 		Scope:                  string(scope),
 	}
 	if scope == resiliencev1alpha1.ScopeFleet {
-		c.Verdict = fleetVerdict(cb.Status.Members)
+		c.Verdict = verdict
 	}
 	if err := c.Validate(); err != nil {
 		return breakerconfig.Config{}, fmt.Errorf("spec: %w", err)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 
 func TestRenderEveryField(t *testing.T) {
 	cb := &resiliencev1alpha1.CircuitBreaker{
-		ObjectMeta: metav1.ObjectMeta{Name: "payments-api", Generation: 3},
+		ObjectMeta: metav1.ObjectMeta{Name: "payments-api", Generation: 3, UID: "5f0c3a52-0d7e-4f57-9a8e-2b1d0c9e6f11"},
 		Spec: resiliencev1alpha1.CircuitBreakerSpec{
 			OpenTimeout:            &metav1.Duration{Duration: 45 * time.Second},
 			Window:                 &metav1.Duration{Duration: 2 * time.Minute},
@@ -28,7 +29,8 @@ func TestRenderEveryField(t *testing.T) {
 			Scope:                  resiliencev1alpha1.ScopeFleet,
 		},
 	}
-	c, err := render(cb)
+	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC)}
+	c, err := render(cb, verdict)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +41,7 @@ func TestRenderEveryField(t *testing.T) {
 	want := `{
   "name": "payments-api",
   "generation": 3,
+  "uid": "5f0c3a52-0d7e-4f57-9a8e-2b1d0c9e6f11",
   "openTimeout": "45s",
   "window": "2m0s",
   "failureRatio": 0.35,
@@ -46,7 +49,11 @@ func TestRenderEveryField(t *testing.T) {
   "successThreshold": 4,
   "halfOpenPermittedCalls": 3,
   "mode": "ForcedClosed",
-  "scope": "Fleet"
+  "scope": "Fleet",
+  "verdict": {
+    "state": "Open",
+    "since": "2026-11-29T21:55:51.123Z"
+  }
 }`
 	if string(doc) != want {
 		t.Errorf("rendered\n%s\nwant\n%s", doc, want)
@@ -56,8 +63,36 @@ func TestRenderEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse(rendered): %v", err)
 	}
-	if back != c {
+	if !reflect.DeepEqual(back, c) {
 		t.Errorf("round trip: got %+v, want %+v", back, c)
+	}
+}
+
+// Only scope Fleet carries a verdict; scope Pod pods decide alone.
+func TestRenderVerdictOnlyForFleet(t *testing.T) {
+	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Now()}
+	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u1"}}
+	c, err := render(cb, verdict)
+	if err != nil || c.Verdict != nil || c.UID != "u1" {
+		t.Errorf("Pod scope: %+v, %v; want no verdict and the UID", c, err)
+	}
+	cb.Spec.Scope = resiliencev1alpha1.ScopeFleet
+	if c, err := render(cb, verdict); err != nil || c.Verdict != verdict {
+		t.Errorf("Fleet scope: %+v, %v; want the verdict", c, err)
+	}
+}
+
+// The rendered config carries the fleet verdict that the reports make.
+func TestPlanConfigPublishesTheFleetVerdict(t *testing.T) {
+	cb := *fleetBreaker(0)
+	reports := namespaceReports{byBreaker: map[string][]member{"b": {at("x", open, tripped, 5*time.Second), at("y", closed, started, 0)}}}
+	plan := planConfig([]resiliencev1alpha1.CircuitBreaker{cb}, nil, reports)
+	c, err := breakerconfig.Parse([]byte(plan.data["b.json"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Verdict == nil || c.Verdict.State != "Open" || !c.Verdict.Since.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("verdict %+v, want Open since t0+5s", c.Verdict)
 	}
 }
 
@@ -65,7 +100,7 @@ func TestRenderRatioConversion(t *testing.T) {
 	for percent, want := range map[int32]float64{1: 0.01, 33: 0.33, 50: 0.5, 99: 0.99, 100: 1} {
 		cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 			Spec: resiliencev1alpha1.CircuitBreakerSpec{FailureRatePercent: ptr.To(percent)}}
-		c, err := render(cb)
+		c, err := render(cb, nil)
 		if err != nil {
 			t.Fatalf("%d%%: %v", percent, err)
 		}
@@ -78,7 +113,7 @@ func TestRenderRatioConversion(t *testing.T) {
 // An object stored without defaults (created before a default existed, or
 // written around admission) renders with the documented defaults.
 func TestRenderMissingFieldsGetDefaults(t *testing.T) {
-	c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 1}})
+	c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 1}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +123,7 @@ func TestRenderMissingFieldsGetDefaults(t *testing.T) {
 		FailureRatio: 0.5, MinimumThroughput: 20, SuccessThreshold: 2, HalfOpenPermittedCalls: 1,
 		Mode: "Enforce", Scope: "Pod",
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 }
@@ -105,7 +140,7 @@ func TestRenderRefusesWhatTheLibraryWould(t *testing.T) {
 		"zero minimum":     {MinimumThroughput: ptr.To[int32](0)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec})
+			_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec}, nil)
 			if err == nil {
 				t.Fatal("rendered; want an error")
 			}
@@ -126,7 +161,7 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 		"bad.json":   `{"the":"last good"}`,
 		"stray.json": "{}",
 		"notes.txt":  "hand-written",
-	}})
+	}}, namespaceReports{})
 	if _, ok := plan.data["good.json"]; !ok {
 		t.Error("good breaker not published")
 	}
@@ -141,6 +176,16 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 	}
 	if err := plan.outcomes[1].err; err == nil || !strings.Contains(strings.ToLower(err.Error()), "mode") {
 		t.Errorf("bad outcome error = %v, want one naming mode", err)
+	}
+}
+
+func TestRenderRefusesANameNoKeyHolds(t *testing.T) {
+	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength+1)}}, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "metadata.name") {
+		t.Errorf("error %v, want one naming metadata.name", err)
+	}
+	if _, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength)}}, nil); err != nil {
+		t.Errorf("the longest name that fits: %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -25,7 +26,7 @@ import (
 
 var (
 	cfg       *rest.Config
-	k8sClient client.Client // direct, uncached: assertions see the API server itself
+	k8sClient client.WithWatch // direct, uncached: assertions see the API server itself
 	testEnv   *envtest.Environment
 	scheme    = runtime.NewScheme()
 	// reconciler is the one the manager runs; specs also call it directly.
@@ -34,6 +35,10 @@ var (
 
 func TestController(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// The machines that run this suite are shared and loaded: waits are generous, and
+	// what is asserted stays exact.
+	SetDefaultEventuallyTimeout(60 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 	RunSpecs(t, "Controller Suite")
 }
 
@@ -48,8 +53,10 @@ var _ = BeforeSuite(func() {
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(testEnv.Stop)
+	// The API server's own checks, as config/default installs them.
+	Expect(testenv.InstallPolicies(cfg, "../..")).To(Succeed())
 
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	k8sClient, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

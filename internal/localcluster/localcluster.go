@@ -31,8 +31,8 @@ type Cluster struct {
 	Kubeconfig string
 }
 
-// Start starts the control plane, installs the CRDs found under repoRoot and
-// writes an administrator kubeconfig to kubeconfigPath.
+// Start starts the control plane, installs the CRDs and admission policies found
+// under repoRoot and writes an administrator kubeconfig to kubeconfigPath.
 func Start(repoRoot, kubeconfigPath string) (*Cluster, error) {
 	return start(repoRoot, kubeconfigPath, false)
 }
@@ -60,6 +60,10 @@ func start(repoRoot, kubeconfigPath string, webhooks bool) (*Cluster, error) {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	c := &Cluster{env: env, Config: cfg}
+	if err := testenv.InstallPolicies(cfg, repoRoot); err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("install admission policies: %w", err)
+	}
 	if err := c.writeKubeconfig(kubeconfigPath); err != nil {
 		_ = env.Stop()
 		return nil, err
@@ -127,7 +131,7 @@ func Apply(ctx context.Context, cl client.Client, dir string) ([]string, error) 
 			return applied, err
 		}
 		for _, u := range objs {
-			if err := cl.Patch(ctx, u, client.Apply, client.FieldOwner("fusebox-local"), client.ForceOwnership); err != nil {
+			if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("fusebox-local"), client.ForceOwnership); err != nil {
 				return applied, fmt.Errorf("apply %s %s from %s: %w", u.GetKind(), u.GetName(), f, err)
 			}
 			applied = append(applied, fmt.Sprintf("%s/%s", strings.ToLower(u.GetKind()), u.GetName()))

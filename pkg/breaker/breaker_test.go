@@ -740,19 +740,20 @@ func TestAdopt(t *testing.T) {
 		clock.Advance(5 * time.Second)
 		wantState(t, b, HalfOpen)
 	})
-	t.Run("HalfOpen only from open, carrying successes", func(t *testing.T) {
-		b, clock, _ := newTestBreaker(t, testPolicy())
+	t.Run("HalfOpen only from open; the probes are its own", func(t *testing.T) {
+		p := testPolicy()
+		p.SuccessThreshold = 2
+		b, clock, _ := newTestBreaker(t, p)
 		if b.Adopt(Verdict{State: HalfOpen, Since: clock.Now()}) {
 			t.Fatal("HalfOpen adopted from closed")
 		}
 		openIt(t, b, clock)
-		if !b.Adopt(Verdict{State: HalfOpen, Since: clock.Now(), HalfOpenSuccesses: 1}) {
+		if !b.Adopt(Verdict{State: HalfOpen, Since: clock.Now()}) {
 			t.Fatal("HalfOpen not adopted from open")
 		}
-		wantCounts(t, b, Counts{Calls: 1, Successes: 1})
-		if v := b.Verdict(); v.State != HalfOpen || v.HalfOpenSuccesses != 1 {
-			t.Fatalf("verdict %+v", v)
-		}
+		wantCounts(t, b, Counts{}) // no successes are carried: counters are never shared
+		doN(t, b, 1, nil)
+		wantState(t, b, HalfOpen)
 		doN(t, b, 1, nil)
 		wantState(t, b, Closed)
 	})
@@ -798,6 +799,62 @@ func TestAdopt(t *testing.T) {
 		doN(t, b, 2, nil) // closed by its own probes
 		if b.Adopt(Verdict{State: Open, Since: opened}) {
 			t.Fatal("a late copy of the old open verdict re-opened the circuit")
+		}
+		wantState(t, b, Closed)
+	})
+	t.Run("a verdict from the future counts as reached now", func(t *testing.T) {
+		b, clock, rec := newTestBreaker(t, testPolicy())
+		now := clock.Now()
+		ahead := Verdict{State: Open, Since: now.Add(time.Hour)}
+		if !b.Adopt(ahead) {
+			t.Fatal("not adopted")
+		}
+		if v := b.Verdict(); !v.Since.Equal(now) {
+			t.Fatalf("open since %v, want clamped to %v", v.Since, now)
+		}
+		if tr := rec.takeTransitions(); len(tr) != 1 || !tr[0].At.Equal(now) {
+			t.Fatalf("transitions = %+v", tr)
+		}
+		// Delivered again later, it does not restart the open period.
+		clock.Advance(20 * time.Second)
+		if b.Adopt(ahead) {
+			t.Fatal("a repeated verdict changed the state")
+		}
+		clock.Advance(10*time.Second - 1)
+		wantState(t, b, Open)
+		clock.Advance(1)
+		wantState(t, b, HalfOpen) // OpenTimeout after this pod's now, not after the future
+	})
+	t.Run("a verdict from the future does not re-time a running open period", func(t *testing.T) {
+		b, clock, _ := newTestBreaker(t, testPolicy())
+		opened := openIt(t, b, clock)
+		clock.Advance(10 * time.Second)
+		b.Adopt(Verdict{State: Open, Since: clock.Now().Add(time.Minute)})
+		if v := b.Verdict(); !v.Since.Equal(opened) {
+			t.Fatalf("open since %v, want %v", v.Since, opened)
+		}
+		clock.Advance(20 * time.Second)
+		wantState(t, b, HalfOpen)
+	})
+	t.Run("created forced open, then enforcing: a Closed verdict from before is refused", func(t *testing.T) {
+		p := testPolicy()
+		p.Mode = ModeForcedOpen
+		b, clock, _ := newTestBreaker(t, p)
+		created := clock.Now()
+		clock.Advance(10 * time.Second)
+		if err := b.Update(testPolicy()); err != nil {
+			t.Fatal(err)
+		}
+		if b.Adopt(Verdict{State: Closed, Since: created.Add(-time.Second)}) {
+			t.Fatal("a Closed verdict older than the forced open period closed it")
+		}
+		wantState(t, b, Open)
+		if v := b.Verdict(); !v.Since.Equal(created) {
+			t.Fatalf("open since %v, want %v", v.Since, created)
+		}
+		// A Closed verdict reached during this open period ends it.
+		if !b.Adopt(Verdict{State: Closed, Since: created.Add(time.Second)}) {
+			t.Fatal("a Closed verdict about this open period was refused")
 		}
 		wantState(t, b, Closed)
 	})

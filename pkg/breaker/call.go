@@ -45,7 +45,7 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 	if t.recorded && t.p.state == HalfOpen && cb.HalfOpen != nil {
 		fn = cb.HalfOpen
 	}
-	res, err, failed := runTicket(ctx, b, t, fn)
+	res, failed, err := runTicket(ctx, b, t, fn)
 	if failed && cb.Open != nil {
 		b.notifyFallback(FallbackFailure, err)
 		return cb.Open(ctx, err)
@@ -53,7 +53,9 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 	return res, err
 }
 
-func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context.Context) (T, error)) (res T, err error, failed bool) {
+// runTicket runs fn for the admitted call t and records its outcome; failed says the
+// breaker recorded a failure.
+func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context.Context) (T, error)) (res T, failed bool, err error) {
 	completed := false
 	defer func() {
 		if !completed {
@@ -64,7 +66,7 @@ func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context
 	res, err = fn(ctx)
 	completed = true
 	failed = b.finish(t, err, false)
-	return res, err, failed
+	return res, failed, err
 }
 
 func (b *Breaker) notifyFallback(r FallbackReason, cause error) {

@@ -14,7 +14,9 @@
 // with one atomic load and a comparison. To get there the breaker does not read the wall
 // clock per call; unless a [Clock] is injected it reads a shared coarse clock refreshed about
 // once a millisecond, so bucket boundaries and the open timeout are observed up to about a
-// millisecond late (never early).
+// millisecond late (never early). Durations (windows, open periods) are measured on the
+// monotonic clock, so a step of the wall clock changes none of them; timestamps that leave
+// the process ([Transition].At, [Verdict].Since) are wall-clock time.
 //
 // What processes share is the [Verdict] (a state and when it was reached), never the
 // counters: adapters publish it from an [Observer] and apply remote ones with

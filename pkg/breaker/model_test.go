@@ -12,14 +12,16 @@ import (
 
 // refModel is the reference the breaker is compared with: §5 of DESIGN.md written as plainly
 // as possible, single-threaded, with the window kept as a list of recorded outcomes tagged
-// with their bucket index instead of counters.
+// with their bucket index instead of counters. It reads two clocks (§5.14): durations on
+// the monotonic one (mono), timestamps that leave the breaker on the wall clock (wall).
 type refModel struct {
-	p        Policy
-	state    State
-	gen      uint64
-	since    int64
-	changed  bool
-	openedAt int64 // start of the latest open period
+	p         Policy
+	state     State
+	gen       uint64
+	since     int64 // wall
+	sinceMono int64
+	changed   bool
+	openedAt  int64 // wall: start of the latest open period
 
 	hi     int64 // index of the window's current bucket
 	events []refEvent
@@ -28,6 +30,8 @@ type refModel struct {
 	inflight   int
 	probeCalls int64
 	probeSucc  int64
+	awaiting   bool  // a probe was admitted at lastProbe and no outcome came after it
+	lastProbe  int64 // mono
 
 	transitions []Transition
 }
@@ -43,19 +47,20 @@ type refTicket struct {
 	recorded bool
 }
 
-func newRefModel(p Policy, now int64) *refModel {
-	m := &refModel{p: p.withDefaults(), since: now}
+func newRefModel(p Policy, now instant) *refModel {
+	m := &refModel{p: p.withDefaults(), since: now.wall, sinceMono: now.mono}
 	if m.p.Mode == ModeForcedOpen {
 		m.state = Open
+		m.changed, m.openedAt = true, now.wall
 	}
-	m.hi = floorDiv(now, int64(m.p.Window))
+	m.hi = m.bucketOf(now.mono)
 	return m
 }
 
-func (m *refModel) bucketOf(t int64) int64 { return floorDiv(t, int64(m.p.Window)) }
+func (m *refModel) bucketOf(mono int64) int64 { return floorDiv(mono, int64(m.p.Window)) }
 
-func (m *refModel) roll(now int64) {
-	if idx := m.bucketOf(now); idx > m.hi {
+func (m *refModel) roll(now instant) {
+	if idx := m.bucketOf(now.mono); idx > m.hi {
 		m.hi = idx
 	}
 	var kept []refEvent
@@ -78,7 +83,7 @@ func (m *refModel) window() Counts {
 	return c
 }
 
-func (m *refModel) counts(now int64) Counts {
+func (m *refModel) counts(now instant) Counts {
 	switch m.state {
 	case Open:
 		return m.openTally
@@ -89,32 +94,38 @@ func (m *refModel) counts(now int64) Counts {
 	return m.window()
 }
 
-func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now int64) {
-	m.transitions = append(m.transitions, Transition{From: m.state, To: s, At: time.Unix(0, at), Counts: c, Cause: cause, Period: m.gen + 1})
+func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now instant) {
+	m.transitions = append(m.transitions, Transition{From: m.state, To: s, At: time.Unix(0, at.wall), Counts: c, Cause: cause, Period: m.gen + 1})
 	m.gen++
 	m.state = s
-	m.since = at
+	m.since, m.sinceMono = at.wall, at.mono
 	m.changed = true
-	if s == Open {
+	switch s {
+	case Open:
 		m.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
-		m.openedAt = at
-	} else if s == Closed {
+		m.openedAt = at.wall
+	case Closed:
 		m.openTally = Counts{}
 	}
 	m.inflight, m.probeCalls, m.probeSucc = 0, 0, 0
+	m.awaiting = false
 	m.events = nil
-	m.hi = m.bucketOf(now)
+	m.hi = m.bucketOf(now.mono)
 }
 
 func (m *refModel) forced() bool { return m.p.Mode == ModeForcedOpen || m.p.Mode == ModeForcedClosed }
 
-func (m *refModel) advance(now int64) {
-	if m.state == Open && m.p.Mode != ModeForcedOpen && now >= m.since+int64(m.p.OpenTimeout) {
+func (m *refModel) advance(now instant) {
+	if m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= m.sinceMono+int64(m.p.OpenTimeout) {
 		m.to(HalfOpen, CauseTimeout, m.openTally, now, now)
+	}
+	// No probe outcome for OpenTimeout after the last admission: the probes leaked.
+	if m.state == HalfOpen && m.awaiting && now.mono >= m.lastProbe+int64(m.p.OpenTimeout) {
+		m.to(Open, CauseTimeout, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
 	}
 }
 
-func (m *refModel) admit(now int64) (refTicket, RejectReason) {
+func (m *refModel) admit(now instant) (refTicket, RejectReason) {
 	m.advance(now)
 	t := refTicket{gen: m.gen, state: m.state}
 	switch {
@@ -124,6 +135,7 @@ func (m *refModel) admit(now int64) (refTicket, RejectReason) {
 		return t, RejectForcedOpen
 	case m.state == HalfOpen && m.inflight < m.p.HalfOpenPermittedCalls:
 		m.inflight++
+		m.awaiting, m.lastProbe = true, now.mono
 		t.recorded = true
 	case m.p.Mode == ModeMetricsOnly:
 	case m.state == HalfOpen:
@@ -134,8 +146,14 @@ func (m *refModel) admit(now int64) (refTicket, RejectReason) {
 	return t, RejectNone
 }
 
-func (m *refModel) finish(t refTicket, o Outcome, now int64) Outcome {
-	if !t.recorded || t.gen != m.gen {
+func (m *refModel) finish(t refTicket, o Outcome, now instant) Outcome {
+	if !t.recorded {
+		return OutcomeIgnored
+	}
+	if t.state == HalfOpen && m.state == HalfOpen {
+		m.advance(now) // a probe answering after its period timed out is stale
+	}
+	if t.gen != m.gen {
 		return OutcomeIgnored
 	}
 	switch m.state {
@@ -153,6 +171,7 @@ func (m *refModel) finish(t refTicket, o Outcome, now int64) Outcome {
 		}
 	case HalfOpen:
 		m.inflight--
+		m.awaiting = false
 		switch o {
 		case OutcomeSuccess:
 			m.probeCalls++
@@ -167,13 +186,13 @@ func (m *refModel) finish(t refTicket, o Outcome, now int64) Outcome {
 	return o
 }
 
-func (m *refModel) trip(now int64) {
+func (m *refModel) trip(now instant) {
 	if !m.forced() {
 		m.to(Open, CauseTrip, m.counts(now), now, now)
 	}
 }
 
-func (m *refModel) update(p Policy, now int64) {
+func (m *refModel) update(p Policy, now instant) {
 	p = p.withDefaults()
 	if p == m.p {
 		return
@@ -186,7 +205,7 @@ func (m *refModel) update(p Policy, now int64) {
 	if old.Window != p.Window {
 		// The live bucket's outcomes move to the new-width bucket holding now; the previous
 		// bucket's stay just before it.
-		newHi := m.bucketOf(now)
+		newHi := m.bucketOf(now.mono)
 		for i, e := range m.events {
 			m.events[i].idx = newHi - (m.hi - e.idx)
 		}
@@ -200,16 +219,27 @@ func (m *refModel) update(p Policy, now int64) {
 	}
 }
 
-func (m *refModel) adopt(v Verdict, now int64) bool {
+func (m *refModel) adopt(v Verdict, now instant) bool {
 	if m.forced() {
 		return false
 	}
-	since := v.Since.UnixNano()
-	stale := m.changed && since < m.since
+	// A verdict from the future counts as reached now; one from the past is as old on the
+	// monotonic clock as it is on the wall clock.
+	w := v.Since.UnixNano()
+	future := w > now.wall
+	since := now
+	if !future {
+		since = instant{wall: w, mono: now.mono - (now.wall - w)}
+	}
+	stale := m.changed && since.wall < m.since
 	switch v.State {
 	case Open:
 		if m.state == Open {
-			m.since, m.openedAt = since, since
+			// An identical verdict changes nothing, and one from the future never re-times
+			// an open period already running.
+			if !future && since.wall != m.since {
+				m.since, m.sinceMono, m.openedAt = since.wall, since.mono, since.wall
+			}
 			return false
 		}
 		if stale {
@@ -221,11 +251,9 @@ func (m *refModel) adopt(v Verdict, now int64) bool {
 			return false
 		}
 		m.to(HalfOpen, CauseAdopted, m.openTally, since, now)
-		m.probeSucc = int64(v.HalfOpenSuccesses)
-		m.probeCalls = m.probeSucc
 	case Closed:
 		// Stale only against the open period it would end.
-		if m.state == Closed || m.changed && since < m.openedAt {
+		if m.state == Closed || m.changed && since.wall < m.openedAt {
 			return false
 		}
 		m.to(Closed, CauseAdopted, m.counts(now), since, now)
@@ -233,13 +261,9 @@ func (m *refModel) adopt(v Verdict, now int64) bool {
 	return true
 }
 
-func (m *refModel) verdict(now int64) Verdict {
+func (m *refModel) verdict(now instant) Verdict {
 	m.advance(now)
-	v := Verdict{State: m.state, Since: time.Unix(0, m.since)}
-	if m.state == HalfOpen {
-		v.HalfOpenSuccesses = int(m.probeSucc)
-	}
-	return v
+	return Verdict{State: m.state, Since: time.Unix(0, m.since)}
 }
 
 // modelPolicy draws a valid policy from small values, so that thresholds are reached often.
@@ -263,8 +287,9 @@ type liveCall struct {
 }
 
 // TestModel drives the breaker and the reference model with the same random sequences of
-// calls, outcomes, clock moves, Trip, Update (modes included) and Adopt, and compares them
-// after every step: admission, outcome, State, Counts, Verdict and every transition.
+// calls, outcomes, calls whose done never comes (leaked probes), clock moves, Trip, Update
+// (modes included) and Adopt, and compares them after every step: admission, outcome,
+// State, Counts, Verdict and every transition.
 func TestModel(t *testing.T) {
 	sequences, steps := 3000, 120
 	if testing.Short() {
@@ -272,21 +297,29 @@ func TestModel(t *testing.T) {
 	}
 	for _, observed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("callObserver=%v", observed), func(t *testing.T) {
+			leakReopens := 0
 			for seed := range uint64(sequences) {
-				runModelSequence(t, seed, steps, observed)
+				leakReopens += runModelSequence(t, seed, steps, observed)
 				if t.Failed() {
 					return
 				}
 			}
+			// The sequences must reach the leaked-probe rule, or the comparison says nothing
+			// about it.
+			if leakReopens == 0 {
+				t.Fatal("no sequence re-opened a circuit over a leaked probe")
+			}
+			t.Logf("%d re-opens over leaked probes", leakReopens)
 		})
 	}
 }
 
-func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
+// runModelSequence runs one sequence and returns how many times its circuit re-opened over
+// a leaked probe.
+func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leakReopens int) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	clock := newFakeClock()
 	clock.Advance(time.Duration(r.Int64N(int64(time.Hour))))
-	now := func() int64 { return clock.Now().UnixNano() }
 	rec := &recorder{}
 	var obs Observer = transitionsOnly{rec}
 	if observed {
@@ -299,6 +332,11 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
 	b, err := New("model", p, WithClock(clock), WithObserver(obs), WithClassifier(classifier))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The breaker's monotonic timeline starts at its clock's wall time when it is created.
+	base, mono0 := clock.Now().UnixNano(), clock.Monotonic()
+	now := func() instant {
+		return instant{wall: clock.Now().UnixNano(), mono: base + int64(clock.Monotonic()-mono0)}
 	}
 	m := newRefModel(p, now())
 	var calls []liveCall
@@ -336,6 +374,11 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
 			i := r.IntN(len(calls))
 			c := calls[i]
 			calls = append(calls[:i], calls[i+1:]...)
+			if r.IntN(8) == 0 {
+				// Its done is never called: a leaked call, a leaked probe if half-open.
+				fmt.Fprintf(&log, "%d drop (gen %d, %v)\n", step, c.ref.gen, c.ref.state)
+				break
+			}
 			oc := outcomes[r.IntN(len(outcomes))]
 			before := len(rec.ends)
 			c.done(oc.err)
@@ -352,6 +395,13 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
 			if r.IntN(4) == 0 {
 				d = time.Duration(r.Int64N(int64(12 * time.Second)))
 			}
+			if r.IntN(8) == 0 {
+				// The wall clock is stepped (NTP, a VM resumed): no time passes.
+				d = time.Duration(r.Int64N(int64(2*time.Hour))) - time.Hour
+				clock.StepWall(d)
+				fmt.Fprintf(&log, "%d step wall clock %v\n", step, d)
+				break
+			}
 			clock.Advance(d)
 			fmt.Fprintf(&log, "%d advance %v\n", step, d)
 		case k < 84:
@@ -366,13 +416,15 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
 			m.update(np, now())
 			fmt.Fprintf(&log, "%d update %+v\n", step, np)
 		case k < 95:
-			v := Verdict{State: State(r.IntN(3)), HalfOpenSuccesses: r.IntN(3)}
-			switch r.IntN(3) {
+			v := Verdict{State: State(r.IntN(3))}
+			switch r.IntN(4) {
 			case 0:
 				v.Since = m.verdict(now()).Since // maybe identical
 				b.Verdict()
 			case 1:
 				v.Since = clock.Now().Add(-time.Duration(r.Int64N(int64(15 * time.Second))))
+			case 2:
+				v.Since = clock.Now().Add(time.Duration(1 + r.Int64N(int64(15*time.Second)))) // a clock ahead
 			default:
 				v.Since = clock.Now()
 			}
@@ -406,13 +458,18 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
 			if got, want := b.State(), m.verdict(now()).State; got != want {
 				fail("step %d: State = %v, model %v", step, got, want)
 			}
-			if got, want := b.Verdict(), m.verdict(now()); got.State != want.State || !got.Since.Equal(want.Since) || got.HalfOpenSuccesses != want.HalfOpenSuccesses {
+			if got, want := b.Verdict(), m.verdict(now()); got.State != want.State || !got.Since.Equal(want.Since) {
 				fail("step %d: Verdict = %+v, model %+v", step, got, want)
 			}
 		}
 		got := rec.takeTransitions()
 		want := m.transitions
 		m.transitions = nil
+		for _, w := range want {
+			if w.From == HalfOpen && w.To == Open && w.Cause == CauseTimeout {
+				leakReopens++
+			}
+		}
 		if len(got) != len(want) {
 			fail("step %d: transitions %v, model %v", step, got, want)
 		}
@@ -431,4 +488,5 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) {
 	if got, want := b.Counts(), m.counts(now()); got != want {
 		fail("final Counts = %+v, model %+v", got, want)
 	}
+	return leakReopens
 }

@@ -8,12 +8,14 @@ import (
 // Outcome is what the breaker made of one call.
 type Outcome uint8
 
+// The outcomes of a call.
 const (
 	OutcomeSuccess Outcome = iota // recorded as a success
 	OutcomeFailure                // recorded as a failure
-	// OutcomeIgnored: the call ran but was recorded as neither, because the caller gave up
-	// (context.Canceled), because it was admitted in an earlier state period (a stale
-	// result), or because it ran under MetricsOnly although Enforce would have refused it.
+	// OutcomeIgnored means the call ran but was recorded as neither, because the caller
+	// gave up (context.Canceled), because it was admitted in an earlier state period (a
+	// stale result), or because it ran under MetricsOnly although Enforce would have
+	// refused it.
 	OutcomeIgnored
 	OutcomeRejected // short-circuited: the protected function never ran
 )
@@ -35,6 +37,7 @@ func (o Outcome) String() string {
 // RejectReason says why a call was short-circuited.
 type RejectReason uint8
 
+// The reasons a call is short-circuited.
 const (
 	RejectNone              RejectReason = iota
 	RejectOpen                           // the circuit is open
@@ -60,9 +63,10 @@ func (r RejectReason) String() string {
 // back what they were told (CauseAdopted).
 type TransitionCause uint8
 
+// The causes of a transition.
 const (
 	CauseCalls   TransitionCause = iota // the breaker's own judgement of calls
-	CauseTimeout                        // the open timeout elapsed: open → half-open
+	CauseTimeout                        // time: open → half-open, or a half-open period whose probes never answered → open
 	CauseTrip                           // Trip
 	CauseMode                           // a mode change by Update forced the state
 	CauseAdopted                        // Adopt: a verdict reached elsewhere
@@ -116,6 +120,7 @@ type CallEvent struct {
 // FallbackReason says why Call ran the Open callback.
 type FallbackReason uint8
 
+// The reasons Call runs the Open callback.
 const (
 	FallbackOpen              FallbackReason = iota // short-circuited by an open (or forced-open) circuit
 	FallbackHalfOpenSaturated                       // short-circuited by the half-open probe cap
@@ -143,7 +148,7 @@ type Observer interface {
 	OnTransition(Transition)
 }
 
-// CallObserver, when an Observer also implements it, sees every call too. Breakers without
+// CallObserver is an Observer that sees every call too. Breakers without
 // a CallObserver skip this bookkeeping entirely, so only those that want it pay per call.
 type CallObserver interface {
 	Observer

@@ -9,6 +9,18 @@ import (
 // Clock tells the time. Tests inject a fake one with [WithClock].
 type Clock interface{ Now() time.Time }
 
+// MonotonicClock is a Clock that also reads a monotonic clock, one that a step of the wall
+// clock does not move. A breaker measures its durations on it and stamps what leaves the
+// process with Now. [breakertest.Clock] is one, whose wall clock a test can step alone.
+//
+// [breakertest.Clock]: https://pkg.go.dev/github.com/fusebox-dev/fusebox/pkg/breaker/breakertest#Clock
+type MonotonicClock interface {
+	Clock
+	// Monotonic returns the monotonic clock's reading. Only the difference between two
+	// readings means anything.
+	Monotonic() time.Duration
+}
+
 // Option configures a breaker at [New].
 type Option func(*options)
 
@@ -20,7 +32,11 @@ type options struct {
 
 // WithClock makes the breaker read time from c on every call instead of from the shared
 // coarse clock; tests use it to move time by hand. Every reading goes through c, so a slow
-// Clock slows the call path.
+// Clock slows the call path. Timestamps that leave the breaker (Transition.At, Verdict.Since)
+// are c.Now(). Durations (windows, open periods) are measured on c's Monotonic readings
+// when c is a [MonotonicClock], and otherwise on the difference between its Now readings,
+// which Go takes on the monotonic clock when both times carry a monotonic reading (those of
+// time.Now do) and on the wall clock when they do not (those of time.Date or time.Unix).
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithClassifier decides which non-nil errors count as failures; an error it does not count

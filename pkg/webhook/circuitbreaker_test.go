@@ -110,10 +110,18 @@ var _ = Describe("CircuitBreaker admission", func() {
 			Expect(err).To(MatchError(ContainSubstring(`admission webhook "validate.circuitbreakers.resilience.fusebox.dev" denied the request`)))
 			Expect(causeFields(err)).To(Equal(fields))
 		},
-		Entry("a name whose ConfigMap key would be too long", strings.Repeat("n", 249), resiliencev1alpha1.CircuitBreakerSpec{}, []string{"metadata.name"}),
 		Entry("an openTimeout finer than a millisecond", "sub-ms", resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: duration("1.0000001s")}, []string{"spec.openTimeout"}),
 		Entry("both durations", "both", resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: duration("30s100us"), Window: duration("10s1ns")}, []string{"spec.openTimeout", "spec.window"}),
 	)
+
+	It("leaves a name too long for a ConfigMap key to the schema, whose message names the field", func() {
+		cb := newBreaker(ns, resiliencev1alpha1.CircuitBreakerSpec{}, nil)
+		cb.GenerateName, cb.Name = "", strings.Repeat("n", circuitbreaker.MaxNameLength+1)
+		err := k8sClient.Create(ctx, cb)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("metadata.name must be at most 248 characters"))
+		Expect(err.Error()).NotTo(ContainSubstring("admission webhook"))
+	})
 
 	It("accepts the longest name whose ConfigMap key is valid", func() {
 		cb := newBreaker(ns, resiliencev1alpha1.CircuitBreakerSpec{}, nil)

@@ -160,11 +160,11 @@ var _ = Describe("Pod injection", func() {
 		Expect(p.Spec.Volumes[1].EmptyDir).NotTo(BeNil(), "the pod's own volume was replaced")
 		app, worker := p.Spec.Containers[0], p.Spec.Containers[1]
 		Expect(app.Env[0]).To(Equal(corev1.EnvVar{Name: "POD_NAME", Value: "fixed"}))
-		Expect(app.Env).To(HaveLen(3), "FUSEBOX_CONFIG_DIR and POD_NAMESPACE added, POD_NAME kept")
+		Expect(app.Env).To(HaveLen(4), "FUSEBOX_CONFIG_DIR, POD_NAMESPACE and POD_UID added, POD_NAME kept")
 		Expect(app.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: podinject.VolumeName, MountPath: podinject.MountPath, ReadOnly: true}))
 		Expect(worker.VolumeMounts).To(Equal([]corev1.VolumeMount{{Name: "scratch", MountPath: "/etc/fusebox"}}))
 		Expect(injected(worker)).To(BeFalse())
-		Expect(worker.Env).To(HaveLen(3))
+		Expect(worker.Env).To(HaveLen(4))
 
 		cur := p
 		for range 2 {
@@ -310,6 +310,8 @@ func kubeletEnv(ctx context.Context, p *corev1.Pod, c corev1.Container, root str
 				env = append(env, corev1.EnvVar{Name: e.Name, Value: p.Name})
 			case "metadata.namespace":
 				env = append(env, corev1.EnvVar{Name: e.Name, Value: p.Namespace})
+			case "metadata.uid":
+				env = append(env, corev1.EnvVar{Name: e.Name, Value: string(p.UID)})
 			default:
 				Fail("unexpected fieldRef " + e.ValueFrom.FieldRef.FieldPath)
 			}

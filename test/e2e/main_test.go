@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -65,6 +64,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	// Which report a pod may write, as config/default installs it.
+	if err := testenv.InstallPolicies(cfg, "../.."); err != nil {
+		fmt.Fprintln(os.Stderr, "install admission policies:", err)
+		return 1
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -124,36 +128,48 @@ type instance struct {
 
 func (i *instance) breaker(name string) *breaker.Breaker { return i.agent.Registry().Get(name) }
 
-// startInstances creates n pods (objects only: envtest has no kubelet) and an
-// in-process instance for each, stopped at the end of the test.
+// startInstances creates n pods app-0 … app-(n-1) and an instance for each.
 func startInstances(t testing.TB, ns string, n int) []*instance {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	var out []*instance
 	for i := range n {
-		pod := fmt.Sprintf("app-%d", i)
-		if err := k8sClient.Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-		}); err != nil {
-			t.Fatal(err)
-		}
-		agent, err := kube.StartAgent(ctx, kube.Options{
-			Config: cfg, Namespace: ns, Pod: pod,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, &instance{pod: pod, agent: agent})
+		out = append(out, startInstance(t, ns, fmt.Sprintf("app-%d", i), nil))
+	}
+	return out
+}
+
+// startInstance creates the Pod pod (the object only: envtest has no kubelet) and an
+// in-process instance for it that is given the Pod's UID as the injection webhook's
+// POD_UID gives it; modify, if not nil, changes its options. It stops at the end of the
+// test.
+func startInstance(t testing.TB, ns, pod string, modify func(*kube.Options)) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := k8sClient.Create(ctx, p); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	o := kube.Options{
+		Config: cfg, Namespace: ns, Pod: pod, PodUID: string(p.UID),
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	if modify != nil {
+		modify(&o)
+	}
+	agent, err := kube.StartAgent(ctx, o)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cancel()
-		for _, i := range out {
-			<-i.agent.Done()
-		}
+		<-agent.Done()
 	})
-	return out
+	return &instance{pod: pod, agent: agent}
 }
 
 func newNamespace(t testing.TB) string {

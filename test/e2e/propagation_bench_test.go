@@ -88,9 +88,13 @@ func BenchmarkPropagation(b *testing.B) {
 			waitUntil(b, all(breaker.Open))
 			samples = append(samples, time.Since(start))
 
+			// Untimed reset. Only a Closed the pods earned closes a fleet (DESIGN §5.12),
+			// and a probe would have to wait out the open timeout: a round trip through
+			// ForcedClosed closes every pod at once instead.
 			closedAt := time.Now()
-			br.Adopt(breaker.Verdict{State: breaker.Closed, Since: closedAt})
+			setMode(b, cb, resiliencev1alpha1.ModeForcedClosed)
 			waitUntil(b, all(breaker.Closed))
+			setMode(b, cb, resiliencev1alpha1.ModeEnforce)
 			settle(b, ns, cb.Name, closedAt)
 		}
 		report(b, samples)
@@ -127,21 +131,49 @@ func benchSetup(b *testing.B, scope resiliencev1alpha1.Scope) (string, *resilien
 // previous one left on the same object (see docs/benchmarks.md).
 func settle(b *testing.B, ns, name string, closedAt time.Time) {
 	b.Helper()
-	waitUntil(b, func() bool {
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		cb, err := getBreaker(ns, name)
-		if err != nil || cb.Status.MemberCounts == nil || cb.Status.ObservedGeneration != cb.Generation {
+		if err == nil && settled(cb, closedAt) {
+			return
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("generation %d, status %+v", cb.Generation, cb.Status)
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not settled within 30s: %s", last)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func settled(cb *resiliencev1alpha1.CircuitBreaker, closedAt time.Time) bool {
+	if cb.Status.MemberCounts == nil || cb.Status.ObservedGeneration != cb.Generation {
+		return false
+	}
+	for _, m := range cb.Status.Members {
+		// status.members is written by the operator as metav1.Time: whole seconds.
+		if m.State != resiliencev1alpha1.StateClosed || m.Since.Time.Before(closedAt.Truncate(time.Second)) {
 			return false
 		}
-		for _, m := range cb.Status.Members {
-			if m.State != resiliencev1alpha1.StateClosed || m.Since.Time.Before(closedAt.Truncate(time.Millisecond)) {
-				return false
-			}
-		}
-		c := cb.Status.MemberCounts
-		return c.Reporting == benchInstances && c.OnLatestConfig == benchInstances && c.Closed == benchInstances &&
-			hasCondition(cb, resiliencev1alpha1.ConditionConfigApplied, metav1.ConditionTrue) == nil &&
-			hasCondition(cb, resiliencev1alpha1.ConditionOpen, metav1.ConditionFalse) == nil
-	})
+	}
+	c := cb.Status.MemberCounts
+	return c.Reporting == benchInstances && c.OnLatestConfig == benchInstances && c.Closed == benchInstances &&
+		hasCondition(cb, resiliencev1alpha1.ConditionConfigApplied, metav1.ConditionTrue) == nil &&
+		hasCondition(cb, resiliencev1alpha1.ConditionOpen, metav1.ConditionFalse) == nil
+}
+
+// setMode patches the mode of cb and waits for nothing.
+func setMode(b *testing.B, cb *resiliencev1alpha1.CircuitBreaker, mode resiliencev1alpha1.Mode) {
+	b.Helper()
+	patch := client.MergeFrom(cb.DeepCopy())
+	cb.Spec.Mode = mode
+	if err := k8sClient.Patch(context.Background(), cb, patch); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // resourceState reports whether the resource's Open condition has status.

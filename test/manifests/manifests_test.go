@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -71,8 +74,16 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 
 	var ns corev1.Namespace
 	find(t, objs, "Namespace", "fusebox-system", &ns)
-	var crd unstructured.Unstructured
-	find(t, objs, "CustomResourceDefinition", "circuitbreakers.resilience.fusebox.dev", &crd.Object)
+	for _, name := range []string{"circuitbreakers.resilience.fusebox.dev", "breakerreports.resilience.fusebox.dev"} {
+		var crd unstructured.Unstructured
+		find(t, objs, "CustomResourceDefinition", name, &crd.Object)
+	}
+	var reports apiextensionsv1.CustomResourceDefinition
+	find(t, objs, "CustomResourceDefinition", "breakerreports.resilience.fusebox.dev", &reports)
+	if n := reports.Spec.Names; reports.Spec.Scope != apiextensionsv1.NamespaceScoped || n.Kind != "BreakerReport" ||
+		n.Plural != "breakerreports" || !slices.Equal(n.ShortNames, []string{"brep"}) || !slices.Equal(n.Categories, []string{"fusebox"}) {
+		t.Errorf("BreakerReport CRD: scope %s names %+v, want namespaced BreakerReport/breakerreports, short name brep, category fusebox", reports.Spec.Scope, n)
+	}
 
 	var role rbacv1.ClusterRole
 	find(t, objs, "ClusterRole", "fusebox-manager-role", &role)
@@ -85,17 +96,62 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 			}
 		}
 	}
+	// The operator reads and prunes reports, and never writes one; it may change or delete
+	// no ConfigMap but the one it publishes (create cannot be narrowed by name).
+	if got, want := grants(role.Rules, "resilience.fusebox.dev", "breakerreports"), map[string][]string{
+		"get": nil, "list": nil, "watch": nil, "delete": nil,
+	}; !reflect.DeepEqual(got, want) {
+		t.Errorf("manager role on breakerreports: %v, want %v", got, want)
+	}
+	if got, want := grants(role.Rules, "", "configmaps"), map[string][]string{
+		"list": nil, "watch": nil, "create": nil,
+		"get": {"fusebox-breakers"}, "update": {"fusebox-breakers"}, "delete": {"fusebox-breakers"},
+	}; !reflect.DeepEqual(got, want) {
+		t.Errorf("manager role on configmaps: %v, want %v", got, want)
+	}
 	var binding rbacv1.ClusterRoleBinding
 	find(t, objs, "ClusterRoleBinding", "fusebox-manager-rolebinding", &binding)
 	if binding.Subjects[0].Name != "fusebox-controller-manager" || binding.Subjects[0].Namespace != "fusebox-system" {
 		t.Errorf("role bound to %+v, want the manager's service account", binding.Subjects)
 	}
 
+	// An application pod reads the published ConfigMap and its own Pod, and writes its
+	// report (which one is the admission policy's to say); nothing else, and in
+	// particular nothing of a CircuitBreaker.
 	var client rbacv1.ClusterRole
 	find(t, objs, "ClusterRole", "fusebox-breaker-client", &client)
-	if len(client.Rules) != 2 || client.Rules[0].ResourceNames[0] != "fusebox-breakers" ||
-		client.Rules[1].Resources[0] != "circuitbreakers/status" || len(client.Rules[1].Verbs) != 1 || client.Rules[1].Verbs[0] != "patch" {
-		t.Errorf("breaker client role grants more or other than the published ConfigMap and status patches: %+v", client.Rules)
+	want := map[string]map[string][]string{
+		"/configmaps":                           {"get": {"fusebox-breakers"}, "list": {"fusebox-breakers"}, "watch": {"fusebox-breakers"}},
+		"/pods":                                 {"get": nil},
+		"resilience.fusebox.dev/breakerreports": {"get": nil, "create": nil, "patch": nil, "update": nil},
+	}
+	got := map[string]map[string][]string{}
+	for _, r := range client.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				got[g+"/"+res] = grants(client.Rules, g, res)
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("breaker client role grants %v, want exactly %v", got, want)
+	}
+
+	// The API server's own check of which report a pod may write, bound under the name
+	// the prefix gives its policy.
+	var vap admissionregistrationv1.ValidatingAdmissionPolicy
+	find(t, objs, "ValidatingAdmissionPolicy", "fusebox-breakerreport-identity", &vap)
+	if vap.Namespace != "" || vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("policy: namespace %q failurePolicy %v, want cluster-scoped and Fail", vap.Namespace, vap.Spec.FailurePolicy)
+	}
+	if rules := vap.Spec.MatchConstraints.ResourceRules; len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"breakerreports"}) ||
+		!slices.Equal(rules[0].APIGroups, []string{"resilience.fusebox.dev"}) {
+		t.Errorf("policy matches %+v, want breakerreports only", rules)
+	}
+	var vapBinding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "fusebox-breakerreport-identity", &vapBinding)
+	if vapBinding.Spec.PolicyName != vap.Name || !slices.Equal(vapBinding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("binding: policyName %q actions %v, want %q and Deny", vapBinding.Spec.PolicyName, vapBinding.Spec.ValidationActions, vap.Name)
 	}
 
 	var dep appsv1.Deployment
@@ -119,6 +175,29 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("probes: liveness %+v readiness %+v", c.LivenessProbe, c.ReadinessProbe)
 	}
+}
+
+// grants returns what rules grant on one resource: each verb with the resource names it
+// is narrowed to (nil: every object), sorted.
+func grants(rules []rbacv1.PolicyRule, group, resource string) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range rules {
+		if !slices.Contains(r.APIGroups, group) || !slices.Contains(r.Resources, resource) {
+			continue
+		}
+		for _, v := range r.Verbs {
+			if len(r.ResourceNames) == 0 {
+				out[v] = nil
+				continue
+			}
+			if prev, ok := out[v]; ok && prev == nil {
+				continue // already granted on every object
+			}
+			out[v] = append(out[v], r.ResourceNames...)
+			slices.Sort(out[v])
+		}
+	}
+	return out
 }
 
 func TestDefaultServesTheWebhooks(t *testing.T) {
@@ -153,5 +232,48 @@ func TestSamplesAreCircuitBreakers(t *testing.T) {
 		if u.GetAPIVersion() != "resilience.fusebox.dev/v1alpha1" || u.GetKind() != "CircuitBreaker" {
 			t.Errorf("sample %s %s is not a CircuitBreaker", u.GetAPIVersion(), u.GetKind())
 		}
+	}
+}
+
+// Metrics are served over HTTPS to authorized scrapers only (cmd/manager's
+// --metrics-secure): the manager may ask the API server to review tokens and
+// access, and scrapers get a role that reads /metrics and nothing else.
+func TestDefaultServesMetricsSecurely(t *testing.T) {
+	objs := kustomizeBuild(t, "config/default")
+
+	var dep appsv1.Deployment
+	find(t, objs, "Deployment", "fusebox-controller-manager", &dep)
+	c := dep.Spec.Template.Spec.Containers[0]
+	if args := strings.Join(c.Args, " "); !strings.Contains(args, "--metrics-secure") || strings.Contains(args, "--metrics-secure=false") {
+		t.Errorf("manager args %q: metrics must be served securely", args)
+	}
+	var svc corev1.Service
+	find(t, objs, "Service", "fusebox-controller-manager-metrics-service", &svc)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+		t.Errorf("metrics Service ports %+v, want one targeting the manager's metrics port", svc.Spec.Ports)
+	}
+
+	var reader rbacv1.ClusterRole
+	find(t, objs, "ClusterRole", "fusebox-metrics-reader", &reader)
+	if len(reader.Rules) != 1 || strings.Join(reader.Rules[0].NonResourceURLs, ",") != "/metrics" || strings.Join(reader.Rules[0].Verbs, ",") != "get" {
+		t.Errorf("metrics-reader grants %+v, want GET /metrics only", reader.Rules)
+	}
+	var auth rbacv1.ClusterRole
+	find(t, objs, "ClusterRole", "fusebox-metrics-auth-role", &auth)
+	granted := map[string]bool{}
+	for _, r := range auth.Rules {
+		for _, res := range r.Resources {
+			for _, v := range r.Verbs {
+				granted[res+":"+v] = true
+			}
+		}
+	}
+	if len(granted) != 2 || !granted["tokenreviews:create"] || !granted["subjectaccessreviews:create"] {
+		t.Errorf("metrics-auth-role grants %v, want create on tokenreviews and subjectaccessreviews only", granted)
+	}
+	var binding rbacv1.ClusterRoleBinding
+	find(t, objs, "ClusterRoleBinding", "fusebox-metrics-auth-rolebinding", &binding)
+	if binding.RoleRef.Name != "fusebox-metrics-auth-role" || binding.Subjects[0].Name != "fusebox-controller-manager" || binding.Subjects[0].Namespace != "fusebox-system" {
+		t.Errorf("metrics-auth-rolebinding %+v, want the manager's service account bound", binding)
 	}
 }

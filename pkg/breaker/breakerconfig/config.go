@@ -10,24 +10,14 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
-// Scope values of Config.Scope.
-const (
-	ScopePod   = "Pod"
-	ScopeFleet = "Fleet"
-)
-
-// Verdict state values on the wire (and in CircuitBreaker status).
-const (
-	StateClosed   = "Closed"
-	StateOpen     = "Open"
-	StateHalfOpen = "HalfOpen"
-)
-
 // Config is one breaker's published configuration. Field order is the order of
 // the rendered JSON.
 type Config struct {
-	Name                   string   `json:"name"`
-	Generation             int64    `json:"generation"`
+	Name       string `json:"name"`
+	Generation int64  `json:"generation"`
+	// UID is the CircuitBreaker's UID: a breaker deleted and created again under
+	// the same name is a new document, which pods report afresh.
+	UID                    string   `json:"uid,omitempty"`
 	OpenTimeout            Duration `json:"openTimeout"`
 	Window                 Duration `json:"window"`
 	FailureRatio           float64  `json:"failureRatio"`
@@ -37,7 +27,7 @@ type Config struct {
 	Mode                   string   `json:"mode"`
 	Scope                  string   `json:"scope"`
 	// Verdict is the fleet's shared verdict, written by the operator only for
-	// scope Fleet and only while a pod reports the circuit open.
+	// scope Fleet and only while it has one (DESIGN §5.12).
 	Verdict *Verdict `json:"verdict,omitempty"`
 }
 
@@ -73,7 +63,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func FromPolicy(name string, generation int64, p breaker.Policy, scope string) Config {
 	mode := p.Mode
 	if mode == "" {
-		mode = breaker.ModeEnforce
+		mode = ModeEnforce
 	}
 	return Config{
 		Name:                   name,

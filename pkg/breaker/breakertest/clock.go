@@ -1,6 +1,6 @@
 // Package breakertest helps test code that uses pkg/breaker: a clock that
 // moves only when told to, so a test can make an open timeout or a window
-// pass without sleeping.
+// pass without sleeping, and step its wall clock alone, as NTP would.
 package breakertest
 
 import (
@@ -8,25 +8,45 @@ import (
 	"time"
 )
 
-// Clock is a breaker.Clock that moves only when Advance is called. It is safe
-// for concurrent use.
+// Clock is a breaker.MonotonicClock that moves only when told to. It reads two
+// clocks: the wall clock (Now) and a monotonic one (Monotonic), which a breaker
+// measures its durations on. Advance moves both, as time passing does;
+// StepWall moves the wall clock alone, as a correction by NTP or a VM resumed
+// does. It is safe for concurrent use.
 type Clock struct {
-	mu  sync.Mutex
-	now time.Time // guarded by mu
+	mu   sync.Mutex
+	now  time.Time     // guarded by mu
+	mono time.Duration // guarded by mu
 }
 
-// NewClock returns a Clock reading start.
+// NewClock returns a Clock reading start, its monotonic reading at 0.
 func NewClock(start time.Time) *Clock { return &Clock{now: start} }
 
-// Now returns the clock's time.
+// Now returns the wall clock's time.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-// Advance moves the clock forward by d.
+// Monotonic returns the monotonic clock's reading: the sum of every Advance.
+func (c *Clock) Monotonic() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
+// Advance lets d pass: both clocks move forward by d.
 func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mono += d
+	c.mu.Unlock()
+}
+
+// StepWall sets the wall clock d later (earlier, if d is negative) without any time
+// passing: the monotonic clock stays where it is.
+func (c *Clock) StepWall(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()

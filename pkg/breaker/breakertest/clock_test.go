@@ -11,7 +11,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
-var _ breaker.Clock = (*breakertest.Clock)(nil)
+var _ breaker.MonotonicClock = (*breakertest.Clock)(nil)
 
 func TestClockMovesOnlyWhenAdvanced(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -22,6 +22,19 @@ func TestClockMovesOnlyWhenAdvanced(t *testing.T) {
 	c.Advance(90 * time.Second)
 	if got := c.Now().Sub(start); got != 90*time.Second {
 		t.Fatalf("advanced by %v, want 90s", got)
+	}
+}
+
+func TestStepWallMovesOnlyTheWallClock(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := breakertest.NewClock(start)
+	c.Advance(time.Second)
+	c.StepWall(-time.Hour)
+	if got := c.Now().Sub(start); got != time.Second-time.Hour {
+		t.Fatalf("wall clock moved by %v, want 1s - 1h", got)
+	}
+	if got := c.Monotonic(); got != time.Second {
+		t.Fatalf("monotonic reading %v, want 1s", got)
 	}
 }
 

@@ -258,6 +258,41 @@ func TestHandler(t *testing.T) {
 			t.Fatalf("got %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
 		}
 	})
+	t.Run("a handler stuck in a probe does not wedge the circuit", func(t *testing.T) {
+		b, clock := newBreaker(t)
+		b.Trip()
+		clock.Advance(time.Minute)
+		inside, release, finished := make(chan struct{}), make(chan struct{}), make(chan int)
+		h := NewHandler(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				close(inside)
+				<-release
+			}
+		}))
+		go func() { finished <- serve(h, http.MethodPost).Code }()
+		<-inside
+		// No answer for openTimeout after the probe was admitted: the circuit re-opens for
+		// a new open period instead of answering "probes at their cap" for ever.
+		clock.Advance(30 * time.Second)
+		rec := serve(h, http.MethodGet)
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "30" {
+			t.Fatalf("got %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
+		}
+		close(release)
+		<-finished
+		if b.State() != breaker.Open {
+			t.Fatalf("the stuck probe's late answer moved the circuit to %v", b.State())
+		}
+		clock.Advance(30 * time.Second)
+		for range 2 {
+			if rec := serve(h, http.MethodGet); rec.Code != http.StatusOK {
+				t.Fatalf("probe answered %d", rec.Code)
+			}
+		}
+		if b.State() != breaker.Closed {
+			t.Fatalf("state %v after two probe successes", b.State())
+		}
+	})
 	t.Run("forced open says no Retry-After", func(t *testing.T) {
 		b, _ := newBreaker(t, func(p *breaker.Policy) { p.Mode = breaker.ModeForcedOpen })
 		rec := serve(NewHandler(b, http.NotFoundHandler()), http.MethodGet)

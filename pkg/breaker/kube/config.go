@@ -3,7 +3,6 @@ package kube
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -42,9 +41,6 @@ type applier struct {
 	applies, adoptions atomic.Int64
 }
 
-// keySuffix ends every ConfigMap key that holds a breaker's published config.
-const keySuffix = ".json"
-
 // apply applies the full set of published documents, by ConfigMap key; nil or empty
 // means there is no ConfigMap, and every breaker reverts to the default policy.
 func (a *applier) apply(data map[string]string) {
@@ -55,8 +51,8 @@ func (a *applier) apply(data map[string]string) {
 	next := make(map[string]*configured, len(data))
 	policies := make(map[string]breaker.Policy, len(data))
 	for key, doc := range data {
-		name, ok := strings.CutSuffix(key, keySuffix)
-		if !ok || name == "" {
+		name, ok := breakerconfig.NameOfKey(key)
+		if !ok {
 			continue
 		}
 		c := a.breakers[name]
@@ -76,6 +72,12 @@ func (a *applier) apply(data map[string]string) {
 				a.log.Warn("Refused published breaker config; keeping the last good one", attrs...)
 			}
 		} else {
+			if c.good != nil && c.good.UID != cfg.UID {
+				// The CircuitBreaker was deleted and created again under the same name: a
+				// verdict adopted from the old one says nothing about the new one.
+				a.log.Info("Breaker's CircuitBreaker was created anew", "breaker", name, "uid", cfg.UID)
+				c.adopted = nil
+			}
 			c.good, c.refusal, c.logged = &cfg, "", ""
 		}
 		if c.good != nil {
@@ -111,7 +113,7 @@ func parse(name, doc string) (breakerconfig.Config, error) {
 		return cfg, err
 	}
 	if cfg.Name != name {
-		return breakerconfig.Config{}, fmt.Errorf("invalid breaker config: name %q does not match its key %q", cfg.Name, name+keySuffix)
+		return breakerconfig.Config{}, fmt.Errorf("invalid breaker config: name %q does not match its key %q", cfg.Name, breakerconfig.Key(name))
 	}
 	return cfg, nil
 }
@@ -159,6 +161,9 @@ func (a *applier) reconcileLocked() {
 			a.rep.configure(b, gen, c.refusal)
 		}
 	}
+	if a.rep != nil {
+		a.rep.flush()
+	}
 }
 
 // fleetVerdict is the verdict a good config carries for this pod to adopt.
@@ -175,5 +180,5 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 }
 
 func sameVerdict(a, b breaker.Verdict) bool {
-	return a.State == b.State && a.Since.Equal(b.Since) && a.HalfOpenSuccesses == b.HalfOpenSuccesses
+	return a.State == b.State && a.Since.Equal(b.Since)
 }

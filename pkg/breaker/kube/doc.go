@@ -10,19 +10,23 @@
 // or validate is refused for that breaker alone, which keeps its last good policy and
 // reports the refusal.
 //
-// Each pod writes its own entry of status.members on the CircuitBreaker named like the
-// breaker, by server-side apply with a field manager of its own, and only when the entry's
-// content changes: its state and since when, the failure rate and calls behind the last
-// transition, the config generation it runs and why it refused a newer one. Nothing is
+// Each pod writes one BreakerReport, named after the pod and owned by its Pod, by
+// server-side apply, and only when an entry changes. It holds one entry per published
+// breaker the application uses: its state, since when and why (the reason tells a state the
+// pod earned from one it adopted or was forced into), the failure rate and calls behind the
+// last transition, the config generation it runs and why it refused a newer one. The
+// operator alone reads the reports and writes the CircuitBreakers' status. Nothing is
 // written on a timer, and nothing on the call path waits for the network: a transition is
-// recorded in memory and written by a background goroutine, which retries with capped
-// backoff while the API server is away.
+// recorded in memory and written by a background goroutine, which coalesces what happened
+// meanwhile into one write and retries with capped backoff, never dropping the report.
 //
 // Everything runs in the background until the context given to Start is cancelled;
 // [StartAgent] does the same and returns an [Agent] whose Done channel is closed once all
 // of it has stopped.
 //
-// The pod needs read access to the ConfigMap and patch access to circuitbreakers/status
-// (the fusebox-breaker-client ClusterRole), and its name and namespace from the downward
-// API ([FromEnvironment] reads them from POD_NAME and POD_NAMESPACE).
+// The pod needs read access to the ConfigMap and write access to breakerreports (the
+// fusebox-breaker-client ClusterRole), and its name, namespace and, preferably, UID from the
+// downward API ([FromEnvironment] reads POD_NAME, POD_NAMESPACE and POD_UID; without the
+// UID the agent reads its Pod once, which needs get on pods). The API server lets a pod
+// write no report but its own (a ValidatingAdmissionPolicy shipped in config/policy).
 package kube

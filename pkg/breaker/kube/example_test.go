@@ -12,9 +12,9 @@ import (
 )
 
 // An application pod guards its calls to payments-api with the breaker of that name,
-// configured by the CircuitBreaker payments-api of its namespace. POD_NAME and
-// POD_NAMESPACE come from the downward API; kube.FromEnvironment(ctx) does the same in one
-// call.
+// configured by the CircuitBreaker payments-api of its namespace, and reports its state in
+// its own BreakerReport. POD_NAME, POD_NAMESPACE and POD_UID come from the downward API;
+// kube.FromEnvironment(ctx) does the same in one call.
 func Example() {
 	ctx := context.Background() // cancel it to stop watching and reporting
 
@@ -26,6 +26,9 @@ func Example() {
 		Config:    cfg,
 		Namespace: "shop",            // os.Getenv("POD_NAMESPACE")
 		Pod:       "web-7d9f8-x2x4q", // os.Getenv("POD_NAME")
+		// os.Getenv("POD_UID"): the Pod its report is owned by. Empty, the agent reads
+		// its Pod once to learn it.
+		PodUID: "",
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -11,12 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Options configure [Start].
@@ -25,12 +27,15 @@ type Options struct {
 	// read from the ConfigMap through the API. With ConfigDir set it is optional and used
 	// only to report; nil turns reporting off.
 	Config *rest.Config
-	// Namespace is the pod's namespace: where the ConfigMap and the CircuitBreakers are.
+	// Namespace is the pod's namespace: where the ConfigMap and its BreakerReport are.
 	// Required with Config.
 	Namespace string
-	// Pod is the pod's name: the key of its entries in status.members, and of its field
-	// manager. Required with Config.
+	// Pod is the pod's name: the name of its BreakerReport. Required with Config.
 	Pod string
+	// PodUID is the pod's UID (downward API metadata.uid, POD_UID), which its report is
+	// owned by. Optional: when empty the agent reads its Pod once to learn it, which needs
+	// get on pods.
+	PodUID string
 	// ConfigDir, when set, is where the fusebox-breakers ConfigMap is mounted as a volume;
 	// the config is read from there instead of through the API, for pods that may not read
 	// it.
@@ -75,20 +80,35 @@ type Stats struct {
 	ConfigApplies int64
 	// Adoptions is how many fleet verdicts this pod adopted.
 	Adoptions int64
-	// Writes is how many member entries the API server accepted.
+	// Writes is how many times the API server accepted this pod's BreakerReport.
 	Writes int64
-	// WriteFailures is how many writes failed and were retried.
+	// WriteFailures is how many writes of the report failed; every one is retried.
 	WriteFailures int64
-	// Dropped is how many entries were given up: no CircuitBreaker of that name (404), or
-	// a body the API server refuses.
-	Dropped int64
+	// Rejected is how many of those failures were the API server refusing the report (its
+	// schema, the admission policy, RBAC, no BreakerReport resource) rather than being
+	// unreachable. A refused report is retried with backoff, never dropped.
+	Rejected int64
+	// LastWriteError is why the latest write failed, or "" once a write succeeds.
+	LastWriteError string
+}
+
+// ReportWritten reports whether the API server holds this pod's latest report: no change
+// is waiting to be written. It is true when reporting is off. A program that is about to
+// exit can wait for it so that its last verdicts are not lost.
+func (a *Agent) ReportWritten() bool {
+	if a.rep == nil {
+		return true
+	}
+	_, _, dirty := a.rep.pending()
+	return !dirty
 }
 
 // Stats returns the agent's counters.
 func (a *Agent) Stats() Stats {
 	s := Stats{ConfigApplies: a.applier.applies.Load(), Adoptions: a.applier.adoptions.Load()}
 	if a.rep != nil {
-		s.Writes, s.WriteFailures, s.Dropped = a.rep.writes.Load(), a.rep.failures.Load(), a.rep.dropped.Load()
+		s.Writes, s.WriteFailures, s.Rejected = a.rep.writes.Load(), a.rep.failures.Load(), a.rep.rejected.Load()
+		s.LastWriteError = a.rep.lastError()
 	}
 	return s
 }
@@ -153,7 +173,7 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 		if hc, cs, dc, err = clientsFor(o.Config, o.Pod); err != nil {
 			return nil, err
 		}
-		rep = newReporter(dc, o.Namespace, o.Pod, log)
+		rep = newReporter(dc, cs, o.Namespace, o.Pod, types.UID(o.PodUID), log)
 	}
 
 	opts := slices.Clone(o.BreakerOptions)
@@ -183,13 +203,13 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 	}
 	if rep != nil {
 		wg.Go(func() { rep.run(ctx) })
-		log.Info("Reporting breaker states on CircuitBreaker status", "namespace", o.Namespace, "pod", o.Pod)
+		log.Info("Reporting breaker states in this pod's BreakerReport", "namespace", o.Namespace, "pod", o.Pod)
 	} else {
 		why := o.whyNoReport
 		if why == "" {
 			why = "Options.Config is nil"
 		}
-		log.Info("Not reporting breaker states: "+why, "dir", o.ConfigDir)
+		log.Info("Not reporting breaker states", "why", why, "dir", o.ConfigDir)
 	}
 	wg.Go(func() {
 		t := time.NewTicker(newBreakerScan)
@@ -238,9 +258,10 @@ func clientsFor(c *rest.Config, pod string) (*http.Client, kubernetes.Interface,
 
 // Environment variables that FromEnvironment reads.
 const (
-	EnvPodName   = "POD_NAME"
-	EnvNamespace = "POD_NAMESPACE"
-	EnvConfigDir = "FUSEBOX_CONFIG_DIR"
+	EnvPodName   = breakerconfig.EnvPodName
+	EnvPodUID    = breakerconfig.EnvPodUID
+	EnvNamespace = breakerconfig.EnvNamespace
+	EnvConfigDir = breakerconfig.EnvConfigDir
 )
 
 // FromEnvironment starts the agent of a pod as [OptionsFromEnvironment] configures it and
@@ -253,14 +274,16 @@ func FromEnvironment(ctx context.Context) (*breaker.Registry, error) {
 	return Start(ctx, o)
 }
 
-// OptionsFromEnvironment builds Options for a pod: its name and namespace from POD_NAME
-// and POD_NAMESPACE (set them with the downward API), and the in-cluster API config.
+// OptionsFromEnvironment builds Options for a pod: its name, namespace and UID from
+// POD_NAME, POD_NAMESPACE and POD_UID (set them with the downward API; the UID is
+// optional), and the in-cluster API config.
 // With FUSEBOX_CONFIG_DIR set, the config is read from that directory instead (the
 // ConfigMap mounted as a volume), and states are reported only if the pod also has an
 // in-cluster config and both variables; otherwise reporting is off, and Start logs why.
 func OptionsFromEnvironment() (Options, error) {
 	o := Options{
 		Pod:       os.Getenv(EnvPodName),
+		PodUID:    os.Getenv(EnvPodUID),
 		Namespace: os.Getenv(EnvNamespace),
 		ConfigDir: os.Getenv(EnvConfigDir),
 	}

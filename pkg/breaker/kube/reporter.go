@@ -2,8 +2,8 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"slices"
@@ -14,33 +14,41 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
-	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// circuitBreakers is the resource the reporter writes to.
-var circuitBreakers = resiliencev1alpha1.GroupVersion.WithResource("circuitbreakers")
+// breakerReports is the resource the reporter writes: one object per pod.
+var breakerReports = schema.GroupVersionResource{
+	Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: breakerconfig.ReportResource,
+}
 
-// Write retries while the API server is away: exponential, capped, so a pod that was cut
-// off for a minute reports within a few seconds of the server's return without hammering
-// it meanwhile.
+// Write retries: exponential, capped, so a pod that was cut off for a minute reports
+// within a few seconds of the server's return without hammering it meanwhile. A report
+// the server refuses is retried at the cap: the refusal may be lifted (a CRD upgraded, a
+// policy fixed) and the report must not be lost.
 const (
 	minBackoff   = 100 * time.Millisecond
 	maxBackoff   = 5 * time.Second
 	writeTimeout = 10 * time.Second
-	// maxConfigError leaves room under the CRD's 1024-character bound on configError.
-	maxConfigError = 1000
+	// maxConfigError leaves room under the schema's bound on configError.
+	maxConfigError = breakerconfig.MaxConfigErrorSize - 24
 )
 
-// member is the content of one pod's entry in status.members. It is comparable, so that
-// "has the entry changed" is ==.
+// FieldManager is the server-side apply field manager of every pod's report.
+const FieldManager = "fusebox-pod"
+
+// member is what the pod says of one breaker. It is comparable, so that "has the entry
+// changed" is ==.
 type member struct {
-	state breaker.State
-	since time.Time // UTC, truncated to the second: what RFC 3339 in the status keeps
+	state  breaker.State
+	since  time.Time // UTC, cut to the millisecond: what the report keeps
+	reason string
 	// calls and failures at the transition into state; calls 0 leaves both out.
 	calls, failures int64
 	generation      int64
@@ -52,25 +60,21 @@ type entry struct {
 	// period is the last Transition.Period applied; deliveries from different goroutines
 	// may arrive out of order, and an older one must not overwrite a newer state.
 	period uint64
-	known  bool // want.state and want.since are set (from a transition or a Verdict)
-	// reported: the breaker is configured and the first config sync is done, so its entry
-	// is written. Until then transitions are only recorded.
+	known  bool // want.state, want.since and want.reason are set
+	// reported: the breaker is published and the first config sync is done, so it is in
+	// the report. Until then transitions are only recorded.
 	reported bool
 	want     member
-	written  member
-	// hasWritten says written holds what the API server has (or what a 404 dropped).
-	hasWritten bool
 }
 
-func (e *entry) dirty() bool { return e.reported && e.known && (!e.hasWritten || e.want != e.written) }
-
-// reporter writes this pod's member entries by server-side apply. It is a
-// [breaker.Observer] on every breaker of the registry: OnTransition only records the
-// wanted entry and wakes the single writer goroutine, so a call that causes a transition
-// never waits on the network. The writer coalesces: what it writes is the latest entry of
-// each breaker, however many transitions came before.
+// reporter writes this pod's BreakerReport. It is a [breaker.Observer] on every breaker of
+// the registry: OnTransition only records the wanted entry and wakes the single writer
+// goroutine, so a call that causes a transition never waits on the network. The writer
+// coalesces: it applies the whole report as it stands, however many transitions came
+// before, and writes nothing while the report is what the API server already holds.
 type reporter struct {
-	client    dynamic.NamespaceableResourceInterface
+	reports   dynamic.NamespaceableResourceInterface
+	pods      kubernetes.Interface // reads the Pod's UID when podUID is not given
 	namespace string
 	pod       string
 	log       *slog.Logger
@@ -79,17 +83,24 @@ type reporter struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry // guarded by mu
+	podUID  types.UID         // guarded by mu; empty until known
+	written []member          // guarded by mu: the report the API server holds, by name
+	names   []string          // guarded by mu: the names of written, in order
+	synced  bool              // guarded by mu: written is what the API server holds
 
-	writes, failures, dropped atomic.Int64
+	writes, failures, rejected atomic.Int64
+	lastErr                    atomic.Pointer[string]
 }
 
 var _ breaker.Observer = (*reporter)(nil)
 
-func newReporter(client dynamic.Interface, namespace, pod string, log *slog.Logger) *reporter {
+func newReporter(dc dynamic.Interface, cs kubernetes.Interface, namespace, pod string, podUID types.UID, log *slog.Logger) *reporter {
 	return &reporter{
-		client:    client.Resource(circuitBreakers),
+		reports:   dc.Resource(breakerReports),
+		pods:      cs,
 		namespace: namespace,
 		pod:       pod,
+		podUID:    podUID,
 		log:       log,
 		wake:      make(chan struct{}, 1),
 		entries:   map[string]*entry{},
@@ -106,11 +117,8 @@ func (r *reporter) entry(name string) *entry {
 	return e
 }
 
-// signal wakes the writer if e needs writing. Caller holds mu.
-func (r *reporter) signal(e *entry) {
-	if !e.dirty() {
-		return
-	}
+// signal wakes the writer. Caller holds mu.
+func (r *reporter) signal() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -129,19 +137,51 @@ func (r *reporter) OnTransition(t breaker.Transition) {
 	e.known = true
 	e.want.state = t.To
 	e.want.since = wireTime(t.At)
+	e.want.reason = reasonOf(t)
 	e.want.calls, e.want.failures = t.Counts.Calls, t.Counts.Failures
 	if t.Cause == breaker.CauseAdopted {
 		// An adopted verdict was reached on another pod's evidence: this pod's own window
 		// says nothing about it, and a rate next to the state would read as the reason.
 		e.want.calls, e.want.failures = 0, 0
 	}
-	r.signal(e)
+	if e.reported {
+		r.signal()
+	}
 }
 
-// configure marks b as configured with the given config generation and refusal, so that
-// its entry is written, and makes sure the entry has a state: a breaker that never moved
-// has had no transition to report one. It must be called without r.mu held, and without
-// any lock OnTransition's callers might hold.
+// reasonOf says how a transition reached its state, as the report spells it. Only the
+// pod's own judgement is an earned reason (DESIGN §5.12): the calls that opened it, Trip,
+// a failed probe, probes that closed it.
+func reasonOf(t breaker.Transition) string {
+	switch t.Cause {
+	case breaker.CauseCalls:
+		switch {
+		case t.To == breaker.Open && t.From == breaker.HalfOpen:
+			return breakerconfig.ReasonProbeFailed
+		case t.To == breaker.Open:
+			return breakerconfig.ReasonTripped
+		case t.To == breaker.Closed && t.From == breaker.HalfOpen:
+			return breakerconfig.ReasonProbesSucceeded
+		}
+	case breaker.CauseTrip:
+		return breakerconfig.ReasonManual
+	case breaker.CauseTimeout:
+		return breakerconfig.ReasonTimedOut
+	case breaker.CauseAdopted:
+		return breakerconfig.ReasonAdopted
+	case breaker.CauseMode:
+		return breakerconfig.ReasonForced
+	}
+	// A transition the core may add later is not evidence until it is named above.
+	return breakerconfig.ReasonTimedOut
+}
+
+// configure puts b in the report with the given config generation and refusal, and makes
+// sure its entry has a state: a breaker that never moved has had no transition to report
+// one. It does not wake the writer: the applier configures every breaker a config names,
+// then calls flush once, so that one config is one write however many breakers it names.
+// It must be called without r.mu held, and without any lock OnTransition's callers might
+// hold.
 func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr string) {
 	r.mu.Lock()
 	e := r.entry(b.Name())
@@ -155,6 +195,7 @@ func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr str
 	// OnTransition. It also catches the one change of "since" that comes with no
 	// transition: Adopt of an Open verdict on a circuit already open moves its start.
 	v := b.Verdict()
+	forced := b.Policy().Mode == breaker.ModeForcedOpen
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -163,66 +204,72 @@ func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr str
 	if e.period == period && (!e.known || e.want.state == v.State) {
 		if !e.known {
 			e.want.calls, e.want.failures = 0, 0
+			e.want.reason = breakerconfig.ReasonStarted
+			if forced {
+				e.want.reason = breakerconfig.ReasonForced
+			}
 		}
 		e.known = true
 		e.want.state = v.State
 		e.want.since = wireTime(v.Since)
 	}
-	r.signal(e)
 }
 
-// unconfigure stops writing name's entry (its CircuitBreaker is gone from the ConfigMap).
-// If it comes back, its entry is written afresh.
+// unconfigure takes name out of the report (its CircuitBreaker is gone from the
+// ConfigMap). If it comes back, its entry is written afresh. Like configure, it leaves
+// waking the writer to flush.
 func (r *reporter) unconfigure(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.entries[name]; ok {
 		e.reported = false
-		e.hasWritten = false
 	}
 }
 
-type pendingWrite struct {
-	name string
-	m    member
-}
-
-// pending returns the entries to write, in name order.
-func (r *reporter) pending() []pendingWrite {
+// flush wakes the writer after configure and unconfigure calls; it writes only if the
+// report changed.
+func (r *reporter) flush() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []pendingWrite
+	r.signal()
+}
+
+// pending returns the report to write, in name order, and false when the API server
+// already holds it, or when nothing was ever written and there is nothing to write.
+func (r *reporter) pending() (names []string, ms []member, dirty bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for name, e := range r.entries {
-		if e.dirty() {
-			out = append(out, pendingWrite{name, e.want})
+		if e.reported && e.known {
+			names = append(names, name)
 		}
 	}
-	slices.SortFunc(out, func(a, b pendingWrite) int {
-		switch {
-		case a.name < b.name:
-			return -1
-		case a.name > b.name:
-			return 1
-		}
-		return 0
-	})
-	return out
+	slices.Sort(names)
+	ms = make([]member, len(names))
+	for i, name := range names {
+		ms[i] = r.entries[name].want
+	}
+	if !r.synced {
+		// Nothing written yet: a pod that reports no breaker has no report to write.
+		return names, ms, len(names) > 0
+	}
+	dirty = !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
+	return names, ms, dirty
 }
 
-// written records that m is what the API server holds for name (or that it was dropped).
-func (r *reporter) markWritten(name string, m member) {
+// markWritten records that the API server holds the report of names and ms.
+func (r *reporter) markWritten(names []string, ms []member) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.entries[name]; ok && e.reported {
-		e.written, e.hasWritten = m, true
-	}
+	r.names, r.written, r.synced = names, ms, true
 }
 
-// run is the writer: it waits to be woken, writes every dirty entry, and on failure backs
-// off and tries again with whatever the entries hold by then. It returns when ctx ends.
+// run is the writer: it waits to be woken, writes the report if it changed, and on
+// failure backs off and tries again with whatever the entries hold by then. It returns
+// when ctx ends.
 func (r *reporter) run(ctx context.Context) {
 	backoff := minBackoff
-	failing := false
+	var failing string // the error of the current run of failures, logged once
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,47 +277,43 @@ func (r *reporter) run(ctx context.Context) {
 		case <-r.wake:
 		}
 		for {
-			batch := r.pending()
-			if len(batch) == 0 {
+			names, ms, dirty := r.pending()
+			if !dirty {
 				break
 			}
-			var lastErr error
-			for _, w := range batch {
-				err := r.write(ctx, w.name, w.m)
-				switch {
-				case err == nil:
-					r.writes.Add(1)
-					r.markWritten(w.name, w.m)
-				case ctx.Err() != nil:
-					return
-				case apierrors.IsNotFound(err):
-					// No CircuitBreaker to write to (deleted, or not created yet): drop the
-					// entry. A later change of the breaker writes it again.
-					r.dropped.Add(1)
-					r.markWritten(w.name, w.m)
-					r.log.Info("No CircuitBreaker for this breaker; status report dropped", "breaker", w.name)
-				case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-					// Retrying the same body cannot succeed.
-					r.dropped.Add(1)
-					r.markWritten(w.name, w.m)
-					r.log.Error("Status report refused by the API server; dropped", "breaker", w.name, "error", err)
-				default:
-					r.failures.Add(1)
-					lastErr = err
-				}
+			err := r.write(ctx, names, ms)
+			if ctx.Err() != nil {
+				return
 			}
-			if lastErr == nil {
-				if failing {
-					r.log.Info("Status reporting resumed")
-					failing = false
+			if err == nil {
+				r.writes.Add(1)
+				r.lastErr.Store(nil)
+				r.markWritten(names, ms)
+				if failing != "" {
+					r.log.Info("Breaker report written again after failures", "report", r.pod)
+					failing = ""
 				}
 				backoff = minBackoff
 				continue
 			}
-			if !failing {
-				// Once per outage, not once per retry.
-				r.log.Warn("Cannot report breaker state; retrying with backoff", "error", lastErr)
-				failing = true
+			r.failures.Add(1)
+			msg := err.Error()
+			r.lastErr.Store(&msg)
+			refused := refusal(err)
+			if refused {
+				r.rejected.Add(1)
+			}
+			if msg != failing {
+				// Once per distinct error, not once per retry.
+				if refused {
+					r.log.Error("The API server refused this pod's breaker report; retrying with backoff", "report", r.pod, "error", err)
+				} else {
+					r.log.Warn("Cannot write this pod's breaker report; retrying with backoff", "report", r.pod, "error", err)
+				}
+				failing = msg
+			}
+			if refused {
+				backoff = maxBackoff
 			}
 			t := time.NewTimer(backoff)
 			select {
@@ -284,93 +327,116 @@ func (r *reporter) run(ctx context.Context) {
 	}
 }
 
-// write applies this pod's entry of the CircuitBreaker named name. The body holds only that
-// entry, and the field manager is the pod's own, so server-side apply leaves every other
-// pod's entry alone and removes fields this pod no longer sets (a cleared configError).
-func (r *reporter) write(ctx context.Context, name string, m member) error {
+// refusal reports whether err is the API server refusing the report itself (its schema,
+// the admission policy, RBAC, no such resource), rather than being unreachable or busy.
+func refusal(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
+		apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err)
+}
+
+// write applies the whole report: the entries of names, owned by this pod's Pod. One
+// field manager owns every entry, so server-side apply removes the entries and fields the
+// pod no longer sets (a breaker no longer published, a cleared configError).
+func (r *reporter) write(ctx context.Context, names []string, ms []member) error {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	obj, err := r.applyObject(name, m)
+	uid, err := r.ownerUID(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = r.client.Namespace(r.namespace).ApplyStatus(ctx, name, obj, metav1.ApplyOptions{
-		FieldManager: fieldManager(r.pod),
-		Force:        true,
+	body, err := json.Marshal(r.reportObject(uid, names, ms))
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = r.reports.Namespace(r.namespace).Patch(ctx, r.pod, types.ApplyPatchType, body, metav1.PatchOptions{
+		FieldManager: FieldManager,
+		Force:        &force,
 	})
 	return err
 }
 
-// FieldManagerPrefix starts the server-side apply field manager of every pod's reports;
-// the pod's name follows it.
-const FieldManagerPrefix = "fusebox-pod-"
-
-// maxFieldManager is the API server's limit on a field manager's length.
-const maxFieldManager = 128
-
-// fieldManager is the pod's field manager: the prefix and the pod's name, which a pod name
-// longer than usual (up to 253 characters) would push past the API server's limit; such a
-// name is cut and ends with a hash of the whole, to stay unique.
-func fieldManager(pod string) string {
-	m := FieldManagerPrefix + pod
-	if len(m) <= maxFieldManager {
-		return m
+// ownerUID returns the UID of this pod's Pod: given in Options, or read once.
+func (r *reporter) ownerUID(ctx context.Context) (types.UID, error) {
+	r.mu.Lock()
+	uid := r.podUID
+	r.mu.Unlock()
+	if uid != "" {
+		return uid, nil
 	}
-	h := fnv.New32a()
-	h.Write([]byte(pod))
-	suffix := fmt.Sprintf("-%08x", h.Sum32())
-	return m[:maxFieldManager-len(suffix)] + suffix
-}
-
-func (r *reporter) applyObject(name string, m member) (*unstructured.Unstructured, error) {
-	entry, err := runtime.DefaultUnstructuredConverter.ToUnstructured(memberStatus(r.pod, m))
+	pod, err := r.pods.CoreV1().Pods(r.namespace).Get(ctx, r.pod, metav1.GetOptions{})
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("read Pod %s/%s for the UID its report is owned by (set %s to skip this): %w", r.namespace, r.pod, EnvPodUID, err)
 	}
-	entry["since"] = m.since.UTC().Format(wireTimeFormat)
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": resiliencev1alpha1.GroupVersion.String(),
-		"kind":       "CircuitBreaker",
-		"metadata":   map[string]any{"name": name, "namespace": r.namespace},
-		"status":     map[string]any{"members": []any{entry}},
-	}}, nil
+	r.mu.Lock()
+	r.podUID = pod.UID
+	r.mu.Unlock()
+	return pod.UID, nil
 }
 
-// memberStatus is m as the CircuitBreaker's status spells it.
-func memberStatus(pod string, m member) *resiliencev1alpha1.MemberStatus {
-	ms := &resiliencev1alpha1.MemberStatus{
-		Pod:              pod,
+// report is the applied object: a BreakerReport as the pod writes it.
+type report struct {
+	APIVersion string                      `json:"apiVersion"`
+	Kind       string                      `json:"kind"`
+	Metadata   reportMeta                  `json:"metadata"`
+	Breakers   []breakerconfig.ReportEntry `json:"breakers"`
+}
+
+type reportMeta struct {
+	Name            string                  `json:"name"`
+	Namespace       string                  `json:"namespace"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
+}
+
+func (r *reporter) reportObject(uid types.UID, names []string, ms []member) report {
+	rep := report{
+		APIVersion: breakerReports.GroupVersion().String(),
+		Kind:       breakerconfig.ReportKind,
+		Metadata: reportMeta{
+			Name:      r.pod,
+			Namespace: r.namespace,
+			// The garbage collector deletes the report with its pod; the admission policy
+			// checks that a pod names itself here.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: r.pod, UID: uid}},
+		},
+		Breakers: make([]breakerconfig.ReportEntry, len(names)),
+	}
+	for i, name := range names {
+		rep.Breakers[i] = reportEntry(name, ms[i])
+	}
+	return rep
+}
+
+// reportEntry is m as the report spells it.
+func reportEntry(name string, m member) breakerconfig.ReportEntry {
+	e := breakerconfig.ReportEntry{
+		Name:             name,
 		State:            wireState(m.state),
-		Since:            metav1.NewTime(m.since),
+		Since:            breakerconfig.NewTime(m.since),
+		Reason:           m.reason,
 		ConfigGeneration: m.generation,
 		ConfigError:      m.configErr,
 	}
 	if m.calls > 0 {
 		calls := m.calls
 		rate := int32(math.Round(100 * float64(min(m.failures, m.calls)) / float64(m.calls)))
-		ms.Calls, ms.FailureRatePercent = &calls, &rate
+		e.Calls, e.FailureRatePercent = &calls, &rate
 	}
-	return ms
+	return e
 }
 
-func wireState(s breaker.State) resiliencev1alpha1.State {
+func wireState(s breaker.State) string {
 	switch s {
 	case breaker.Open:
-		return resiliencev1alpha1.StateOpen
+		return breakerconfig.StateOpen
 	case breaker.HalfOpen:
-		return resiliencev1alpha1.StateHalfOpen
+		return breakerconfig.StateHalfOpen
 	}
-	return resiliencev1alpha1.StateClosed
+	return breakerconfig.StateClosed
 }
 
-// wireTime is t as the status carries it: to the millisecond. metav1.Time would
-// write whole seconds, which would move a fleet's shared open period up to a
-// second earlier on every pod that adopts it; MemberStatus.since is written
-// with milliseconds (see applyObject) and the operator reads them back.
-func wireTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
-
-// wireTimeFormat writes milliseconds always, so equal times are equal strings.
-const wireTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+// wireTime is t as the report carries it: to the millisecond.
+func wireTime(t time.Time) time.Time { return breakerconfig.NewTime(t).Time }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -380,4 +446,12 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// lastError returns the last write error, or "".
+func (r *reporter) lastError() string {
+	if p := r.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // watchBackoff paces the re-lists while the API server is away. client-go's default climbs
@@ -43,7 +43,7 @@ type apiSource struct {
 func (s *apiSource) run(ctx context.Context) {
 	inner := cache.NewFilteredListWatchFromClient(s.client.CoreV1().RESTClient(), "configmaps", s.namespace,
 		func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", resiliencev1alpha1.ConfigMapName).String()
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", breakerconfig.ConfigMapName).String()
 		})
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -59,7 +59,7 @@ func (s *apiSource) run(ctx context.Context) {
 	}
 	backoff := watchBackoff
 	r := cache.NewReflectorWithOptions(lw, &corev1.ConfigMap{}, &configMapStore{src: s}, cache.ReflectorOptions{
-		Name:    "fusebox-breakers",
+		Name:    breakerconfig.ConfigMapName,
 		Backoff: &backoff,
 	})
 	// The reflector logs through klog, and logs every failed retry as an error; route it
@@ -80,10 +80,10 @@ func (s *apiSource) observe(ctx context.Context, err error) {
 	case err != nil && !s.failing:
 		s.failing = true
 		s.log.Warn("Cannot read the breaker ConfigMap; breakers keep their current policies, retrying",
-			"configMap", resiliencev1alpha1.ConfigMapName, "namespace", s.namespace, "error", err)
+			"configMap", breakerconfig.ConfigMapName, "namespace", s.namespace, "error", err)
 	case err == nil && s.failing:
 		s.failing = false
-		s.log.Info("Reading the breaker ConfigMap again", "configMap", resiliencev1alpha1.ConfigMapName)
+		s.log.Info("Reading the breaker ConfigMap again", "configMap", breakerconfig.ConfigMapName)
 	}
 }
 
@@ -141,10 +141,10 @@ func (st *configMapStore) clear() {
 	}
 	if st.present {
 		st.src.log.Info("Breaker ConfigMap deleted; breakers back to their default policies",
-			"configMap", resiliencev1alpha1.ConfigMapName, "namespace", st.src.namespace)
+			"configMap", breakerconfig.ConfigMapName, "namespace", st.src.namespace)
 	} else {
 		st.src.log.Info("No breaker ConfigMap in the namespace yet; breakers run on their default policies",
-			"configMap", resiliencev1alpha1.ConfigMapName, "namespace", st.src.namespace)
+			"configMap", breakerconfig.ConfigMapName, "namespace", st.src.namespace)
 	}
 	st.synced, st.present, st.version = true, false, ""
 	st.src.apply(nil)

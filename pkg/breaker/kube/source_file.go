@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+
 	"context"
 	"errors"
 	"io/fs"
@@ -96,11 +98,15 @@ func (s *fileSource) load() {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// No volume (yet): like a deleted ConfigMap, the breakers run on their defaults.
-		data, err = nil, nil
-		s.logReadError("Breaker config directory does not exist; breakers run on their default policies", os.ErrNotExist)
+		data = nil
+		if s.newReadError(os.ErrNotExist) {
+			s.log.Warn("Breaker config directory does not exist; breakers run on their default policies", "dir", s.dir)
+		}
 	case err != nil:
 		// Keep what was applied last; the next event or poll retries.
-		s.logReadError("Cannot read the breaker config directory; keeping the current policies", err)
+		if s.newReadError(err) {
+			s.log.Warn("Cannot read the breaker config directory; keeping the current policies", "dir", s.dir, "error", err)
+		}
 		return
 	default:
 		s.readErr = ""
@@ -112,12 +118,14 @@ func (s *fileSource) load() {
 	s.apply(data)
 }
 
-func (s *fileSource) logReadError(msg string, err error) {
+// newReadError records err as the current read error and reports whether it differs
+// from the last one, so that an error that persists is logged once.
+func (s *fileSource) newReadError(err error) bool {
 	if err.Error() == s.readErr {
-		return
+		return false
 	}
 	s.readErr = err.Error()
-	s.log.Warn(msg, "dir", s.dir, "error", err)
+	return true
 }
 
 // readConfigDir returns the contents of every *.json regular file in dir, by file name,
@@ -131,7 +139,7 @@ func readConfigDir(dir string) (map[string]string, error) {
 	data := make(map[string]string, len(entries))
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, keySuffix) {
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, breakerconfig.KeySuffix) {
 			continue
 		}
 		path := filepath.Join(dir, name)

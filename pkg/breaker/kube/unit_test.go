@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,41 +9,74 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-func TestMemberStatus(t *testing.T) {
-	since := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+func TestReportEntry(t *testing.T) {
+	since := time.Date(2026, 3, 4, 5, 6, 7, 891_000_000, time.UTC)
 	long := strings.Repeat("é", 600) // 1200 bytes
 	for _, tc := range []struct {
 		name      string
 		m         member
-		wantState resiliencev1alpha1.State
+		wantState string
 		wantRate  *int32
 		wantCalls *int64
 	}{
-		{"closed without calls", member{state: breaker.Closed, since: since}, "Closed", nil, nil},
-		{"open, two of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 2}, "Open", ptr[int32](67), ptr[int64](3)},
-		{"open, one of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 1}, "Open", ptr[int32](33), ptr[int64](3)},
-		{"half-open", member{state: breaker.HalfOpen, since: since, calls: 20, failures: 20}, "HalfOpen", ptr[int32](100), ptr[int64](20)},
-		{"long refusal", member{state: breaker.Closed, since: since, configErr: truncate(long, maxConfigError), generation: 4}, "Closed", nil, nil},
+		{"closed without calls", member{state: breaker.Closed, since: since, reason: breakerconfig.ReasonStarted}, "Closed", nil, nil},
+		{"open, two of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 2, reason: breakerconfig.ReasonTripped}, "Open", ptr[int32](67), ptr[int64](3)},
+		{"open, one of three failed", member{state: breaker.Open, since: since, calls: 3, failures: 1, reason: breakerconfig.ReasonTripped}, "Open", ptr[int32](33), ptr[int64](3)},
+		{"half-open", member{state: breaker.HalfOpen, since: since, calls: 20, failures: 20, reason: breakerconfig.ReasonTimedOut}, "HalfOpen", ptr[int32](100), ptr[int64](20)},
+		{"long refusal", member{state: breaker.Closed, since: since, configErr: truncate(long, maxConfigError), generation: 4, reason: breakerconfig.ReasonStarted}, "Closed", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms := memberStatus("pod-1", tc.m)
-			if ms.Pod != "pod-1" || ms.State != tc.wantState || !ms.Since.Time.Equal(since) || ms.ConfigGeneration != tc.m.generation {
-				t.Errorf("got %+v", ms)
+			e := reportEntry("payments", tc.m)
+			if e.Name != "payments" || e.State != tc.wantState || !e.Since.Equal(since) || e.Reason != tc.m.reason || e.ConfigGeneration != tc.m.generation {
+				t.Errorf("got %+v", e)
 			}
-			if !eqPtr(ms.FailureRatePercent, tc.wantRate) || !eqPtr(ms.Calls, tc.wantCalls) {
-				t.Errorf("rate %v calls %v, want %v %v", deref(ms.FailureRatePercent), deref(ms.Calls), deref(tc.wantRate), deref(tc.wantCalls))
+			if !eqPtr(e.FailureRatePercent, tc.wantRate) || !eqPtr(e.Calls, tc.wantCalls) {
+				t.Errorf("rate %v calls %v, want %v %v", deref(e.FailureRatePercent), deref(e.Calls), deref(tc.wantRate), deref(tc.wantCalls))
 			}
-			if n := len([]rune(ms.ConfigError)); n > 1024 {
-				t.Errorf("configError of %d characters, over the CRD's 1024", n)
+			if n := len([]rune(e.ConfigError)); n > breakerconfig.MaxConfigErrorSize {
+				t.Errorf("configError of %d characters, over the CRD's %d", n, breakerconfig.MaxConfigErrorSize)
 			}
-			if !strings.HasPrefix(long, strings.TrimSuffix(ms.ConfigError, "…")) {
-				t.Errorf("configError cut inside a character: %q", ms.ConfigError)
+			if !strings.HasPrefix(long, strings.TrimSuffix(e.ConfigError, "…")) {
+				t.Errorf("configError cut inside a character: %q", e.ConfigError)
 			}
 		})
+	}
+}
+
+// TestReasonOf: how each transition is reported, and which of them the fleet counts
+// (DESIGN §5.12).
+func TestReasonOf(t *testing.T) {
+	for _, tc := range []struct {
+		from, to breaker.State
+		cause    breaker.TransitionCause
+		want     string
+		earned   bool
+	}{
+		{breaker.Closed, breaker.Open, breaker.CauseCalls, breakerconfig.ReasonTripped, true},
+		{breaker.HalfOpen, breaker.Open, breaker.CauseCalls, breakerconfig.ReasonProbeFailed, true},
+		{breaker.HalfOpen, breaker.Closed, breaker.CauseCalls, breakerconfig.ReasonProbesSucceeded, true},
+		{breaker.Closed, breaker.Open, breaker.CauseTrip, breakerconfig.ReasonManual, true},
+		{breaker.HalfOpen, breaker.Open, breaker.CauseTrip, breakerconfig.ReasonManual, true},
+		{breaker.Open, breaker.HalfOpen, breaker.CauseTimeout, breakerconfig.ReasonTimedOut, false},
+		{breaker.HalfOpen, breaker.Open, breaker.CauseTimeout, breakerconfig.ReasonTimedOut, false},
+		{breaker.Closed, breaker.Open, breaker.CauseAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Open, breaker.Closed, breaker.CauseAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Closed, breaker.Open, breaker.CauseMode, breakerconfig.ReasonForced, false},
+		{breaker.Open, breaker.Closed, breaker.CauseMode, breakerconfig.ReasonForced, false},
+		// A cause the core may add later is not evidence until it is named.
+		{breaker.Closed, breaker.Open, breaker.TransitionCause(99), breakerconfig.ReasonTimedOut, false},
+	} {
+		got := reasonOf(breaker.Transition{From: tc.from, To: tc.to, Cause: tc.cause})
+		if got != tc.want {
+			t.Errorf("%v → %v by %v: reason %s, want %s", tc.from, tc.to, tc.cause, got, tc.want)
+		}
+		if e := breakerconfig.Earned(wireState(tc.to), got); e != tc.earned {
+			t.Errorf("%v → %v by %v (%s): earned %v, want %v", tc.from, tc.to, tc.cause, got, e, tc.earned)
+		}
 	}
 }
 
@@ -71,7 +103,7 @@ func TestReporterOrdersDeliveries(t *testing.T) {
 	if got := r.entries["x"].want; got.state != breaker.HalfOpen || !got.since.Equal(at.Add(time.Minute)) {
 		t.Errorf("entry %+v, want the later half-open", got)
 	}
-	if len(r.pending()) != 0 || len(r.wake) != 0 {
+	if names, _, _ := r.pending(); len(names) != 0 || len(r.wake) != 0 {
 		t.Error("an unconfigured breaker is to be written")
 	}
 
@@ -84,7 +116,7 @@ func TestReporterOrdersDeliveries(t *testing.T) {
 }
 
 func TestStartAgentRefusesIncompleteOptions(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	for _, tc := range []struct {
 		o    Options
 		want string
@@ -133,16 +165,5 @@ func TestConfigNameMustMatchKey(t *testing.T) {
 		"minimumThroughput": 20, "successThreshold": 2, "halfOpenPermittedCalls": 1, "mode": "Enforce", "scope": "Pod"}`
 	if _, err := parse("mine", doc); err == nil || !strings.Contains(err.Error(), "mine.json") {
 		t.Errorf("parse: %v, want a refusal naming the key", err)
-	}
-}
-
-func TestFieldManager(t *testing.T) {
-	if got := fieldManager("web-1"); got != "fusebox-pod-web-1" {
-		t.Errorf("fieldManager(web-1) = %q", got)
-	}
-	long1, long2 := strings.Repeat("a", 200)+"1", strings.Repeat("a", 200)+"2"
-	m1, m2 := fieldManager(long1), fieldManager(long2)
-	if len(m1) != maxFieldManager || m1 == m2 || !strings.HasPrefix(m1, FieldManagerPrefix) {
-		t.Errorf("long pod names: %q, %q", m1, m2)
 	}
 }

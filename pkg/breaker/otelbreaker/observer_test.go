@@ -99,7 +99,7 @@ func (h *harness) collect() map[string][]point {
 func attrString(s attribute.Set) string {
 	var kv []string
 	for _, a := range s.ToSlice() {
-		kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+		kv = append(kv, string(a.Key)+"="+a.Value.String())
 	}
 	slices.Sort(kv)
 	return strings.Join(kv, ",")

@@ -1,24 +1,24 @@
 // Package redisstore shares the verdict of circuit breakers between processes through
 // Redis, so that one process that sees a dependency fail opens the circuit for all of them.
 //
-// What is shared is the verdict of a [breaker.Breaker] (its state, when that state was
-// reached, and the half-open successes counted so far), never the rolling window: each
-// process measures its own traffic, and any process that finds the failure rate too high
-// opens the shared circuit. The call path never waits for Redis. A [Store] learns of local
+// What is shared is the verdict of a [breaker.Breaker] (its state and when that state was
+// reached), never a counter: each process measures its own traffic, and any process that
+// finds the failure rate too high opens the shared circuit; each counts its own half-open
+// probes, and the first to reach the success threshold closes the shared circuit. The call path never waits for Redis. A [Store] learns of local
 // transitions as a [breaker.Observer], queues them, and publishes them from its own
 // goroutine; verdicts published elsewhere arrive by pub/sub, with a periodic read as a
 // safety net, and are applied with [breaker.Breaker.Adopt].
 //
 // # Consistency
 //
-// A verdict is stored in a hash under prefix+key with an epoch that grows by one with every
-// shared state change. A process publishes by a compare-and-set done in a Lua script: it
-// succeeds only if the process's view is current (the epoch it last knew is at least the
-// stored one), and writes epoch+1. Two processes that trip on the same view therefore
+// A verdict is stored in a hash under prefix + application + ":" + key (see
+// [WithApplication]: two programs on one Redis that both name a breaker "db" do not share
+// by accident) with an epoch that grows by one with every shared state change. A process
+// publishes by a compare-and-set done in a Lua script: it succeeds only if the process's
+// view is current (the epoch it last knew is at least the stored one), and writes epoch+1. Two processes that trip on the same view therefore
 // produce one open period: the first write wins and the second gets the winner's verdict
 // back and adopts it. A process acting on an outdated view can never overwrite a newer
-// verdict. Half-open successes are added to the shared count of the same period, and the
-// circuit closes when the fleet's count reaches the success threshold.
+// verdict.
 //
 // # Failures
 //

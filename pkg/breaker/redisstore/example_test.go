@@ -17,7 +17,10 @@ func Example() {
 	defer client.Close()
 
 	// New does not contact Redis: if it is down, breakers decide alone until it is back.
-	store, err := redisstore.New(client, redisstore.WithPrefix("shop:breaker:"))
+	// Keys are "shop:breaker:checkout:<key>": every replica of checkout shares its
+	// verdicts, and another application's breaker named "payments" is another key.
+	store, err := redisstore.New(client, redisstore.WithPrefix("shop:breaker:"),
+		redisstore.WithApplication("checkout"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -15,7 +14,6 @@ import (
 )
 
 func uitoa(u uint64) string { return strconv.FormatUint(u, 10) }
-func itoa(i int) string     { return strconv.Itoa(i) }
 
 var errBoom = errors.New("boom")
 
@@ -35,10 +33,11 @@ func testPolicy() breaker.Policy {
 }
 
 // newStore starts a store on its own client, as a separate process would have, and closes
-// it when the test ends.
+// it when the test ends. Its keys are prefix + key: each test's own prefix is its
+// application (TestApplicationInKeys covers the default).
 func newStore(t testing.TB, srv *redisServer, prefix string, opts ...Option) *Store {
 	t.Helper()
-	opts = append([]Option{WithPrefix(prefix), WithPollInterval(100 * time.Millisecond),
+	opts = append([]Option{WithPrefix(prefix), WithApplication(""), WithPollInterval(100 * time.Millisecond),
 		WithOpTimeout(300 * time.Millisecond), WithLogger(quietLogger(t))}, opts...)
 	s, err := New(srv.Client(), opts...)
 	if err != nil {
@@ -52,7 +51,7 @@ func quietLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 type testWriter struct{ t testing.TB }

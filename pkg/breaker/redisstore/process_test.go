@@ -228,7 +228,9 @@ func TestProcessesRaceOneOpenPeriod(t *testing.T) {
 	}
 	var got map[string]string
 	eventually(t, time.Second, "a verdict is stored", func() bool {
-		got = stored(t, srv.Client(), prefix+"b")
+		// The children name no application: the default one, the same for every
+		// process of one program.
+		got = stored(t, srv.Client(), prefix+DefaultApplication()+":b")
 		return got["state"] != ""
 	})
 	if got["epoch"] != "1" || got["state"] != "open" {

@@ -2,7 +2,7 @@ package redisstore
 
 import "github.com/redis/go-redis/v9"
 
-// current, shared by both scripts, reads the verdict under KEYS[1] and validates it as
+// current reads the verdict under KEYS[1] and validates it as
 // strictly as the Go side does: it returns 0 for no key, -1 and a reason for a value that is
 // not one of ours (which the scripts then leave alone), or the epoch and the raw fields.
 // Lua numbers are doubles, so the since field (Unix nanoseconds) is only ever handled as a
@@ -46,31 +46,12 @@ end
 // back to adopt. A stored epoch lower than the writer's means the store lost data (a Redis
 // restart without persistence, an expired key), and the writer's newer view wins.
 //
-// ARGV: format, expected epoch, state, since, half-open successes, TTL (ms), channel, writer.
+// ARGV: format, expected epoch, state, since, half-open successes (always 0: the v1 field
+// kept for older readers, see fields), TTL (ms), channel, writer.
 var casScript = redis.NewScript(current + `
 local epoch, f = current()
 if epoch < 0 then return {'garbage', f} end
 local expect = tonumber(ARGV[2])
 if epoch > expect then return {'conflict', f[2], f[3], f[4], f[5]} end
 return publish(string.format('%d', expect + 1), ARGV[3], ARGV[4], ARGV[5])
-`)
-
-// probeScript adds a process's half-open successes (ARGV[4]) to the shared count of the
-// half-open period the process is in (epoch ARGV[2], since ARGV[3]); when the fleet's count
-// reaches the success threshold (ARGV[5]) it closes the circuit as of ARGV[6]. A count for a
-// period that has ended is refused with the current verdict.
-//
-// ARGV: format, expected epoch, since, successes, threshold, now, TTL (ms), channel, writer.
-var probeScript = redis.NewScript(current + `
-local epoch, f = current()
-if epoch < 0 then return {'garbage', f} end
-if epoch == 0 then return {'none'} end
-if epoch ~= tonumber(ARGV[2]) or f[3] ~= 'half_open' or f[4] ~= ARGV[3] then
-  return {'conflict', f[2], f[3], f[4], f[5]}
-end
-local hos = tonumber(f[5]) + tonumber(ARGV[4])
-if hos >= tonumber(ARGV[5]) then
-  return publish(string.format('%d', epoch + 1), 'closed', ARGV[6], '0')
-end
-return publish(f[2], 'half_open', f[4], string.format('%d', hos))
 `)

@@ -25,16 +25,6 @@ func cas(t *testing.T, s *Store, key string, expect uint64, state breaker.State,
 	return res
 }
 
-func probe(t *testing.T, s *Store, key string, expect uint64, since time.Time, n, threshold int, now time.Time) casResult {
-	t.Helper()
-	res, err := s.runScript(probeScript, key, format, expect, encodeSince(since), n, threshold,
-		encodeSince(now), s.cfg.ttl.Milliseconds(), s.cfg.channel, s.writer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
-}
-
 func TestCompareAndSet(t *testing.T) {
 	srv := startRedis(t)
 	s := scriptStore(t, srv)
@@ -72,31 +62,6 @@ func TestCompareAndSet(t *testing.T) {
 	}
 }
 
-func TestProbeCount(t *testing.T) {
-	srv := startRedis(t)
-	s := scriptStore(t, srv)
-	key := freeKey(t) + "k"
-	t0 := time.Unix(1_700_000_000, 0).UTC()
-	now := t0.Add(time.Minute)
-
-	if r := probe(t, s, key, 1, t0, 1, 2, now); r.status != "none" {
-		t.Fatalf("probe without a verdict: %+v", r)
-	}
-	cas(t, s, key, 0, breaker.HalfOpen, t0, 0)
-	if r := probe(t, s, key, 1, t0, 1, 3, now); r.status != "ok" || r.v.hos != 1 || r.v.epoch != 1 {
-		t.Fatalf("first success: %+v", r)
-	}
-	// A count for another period is refused.
-	if r := probe(t, s, key, 1, t0.Add(time.Second), 1, 3, now); r.status != "conflict" || r.v.hos != 1 {
-		t.Fatalf("other period: %+v", r)
-	}
-	// The fleet's count reaching the threshold closes the circuit, in a new epoch.
-	r := probe(t, s, key, 1, t0, 2, 3, now)
-	if r.status != "ok" || r.v.state != breaker.Closed || r.v.epoch != 2 || !r.v.since.Equal(now) || r.v.hos != 0 {
-		t.Fatalf("threshold: %+v", r)
-	}
-}
-
 func TestScriptsLeaveGarbageAlone(t *testing.T) {
 	srv := startRedis(t)
 	s := scriptStore(t, srv)
@@ -125,9 +90,6 @@ func TestScriptsLeaveGarbageAlone(t *testing.T) {
 			before, _ := c.Dump(ctx, key).Result()
 			if r := cas(t, s, key, 0, breaker.Open, time.Now(), 0); r.status != "garbage" || r.garbage == "" {
 				t.Errorf("cas: %+v", r)
-			}
-			if r := probe(t, s, key, 1, time.Now(), 1, 1, time.Now()); r.status != "garbage" {
-				t.Errorf("probe: %+v", r)
 			}
 			if after, _ := c.Dump(ctx, key).Result(); after != before {
 				t.Error("the value was overwritten")

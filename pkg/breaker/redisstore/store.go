@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,12 +27,6 @@ const (
 	DefaultOpTimeout    = time.Second
 )
 
-// probeInterval is how often the local half-open success counts are added to the shared
-// ones while some breaker is half-open. Successes are not transitions, so no observer call
-// announces them, and counting them per call would put the store on the call path; half-open
-// periods are short and rare, so sampling them is the cheaper trade.
-const probeInterval = 20 * time.Millisecond
-
 // ErrClosed is returned by Attach on a closed Store.
 var ErrClosed = errors.New("redisstore: store closed")
 
@@ -40,6 +35,8 @@ type Option func(*config)
 
 type config struct {
 	prefix       string
+	application  string
+	appSet       bool // WithApplication was given, even with ""
 	channel      string
 	ttl          time.Duration
 	pollInterval time.Duration
@@ -48,11 +45,56 @@ type config struct {
 }
 
 // WithPrefix sets the prefix of every key the store writes ([DefaultPrefix] by default).
-// Processes share a verdict when they use the same prefix and key.
+// Keys are prefix + application + ":" + key (see [WithApplication]); processes share a
+// verdict when the three are the same.
 func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
+// WithApplication names the application whose breakers the store shares. It is part of
+// every key, prefix + application + ":" + key, so that two applications on one Redis that
+// both name a breaker "db" do not share a verdict by accident, and of the default channel.
+// By default it is the program's name (the base name of its executable), after the
+// namespace and a slash when it runs in a Kubernetes pod ("shop/checkout"): replicas of one
+// program share, other programs and other namespaces do not. Set it when that is not the
+// application's identity, for example when every image's entrypoint is called "/app".
+// WithApplication("") leaves it out of the keys, which are then prefix + key.
+func WithApplication(name string) Option {
+	return func(c *config) { c.application, c.appSet = name, true }
+}
+
+// DefaultApplication is the application a store names in its keys without
+// [WithApplication]: the program's name, after "<namespace>/" inside a Kubernetes pod. The
+// namespace is read from the POD_NAMESPACE environment variable (commonly set from the
+// downward API), or else from the pod's service account.
+func DefaultApplication() string {
+	name := ""
+	if exe, err := os.Executable(); err == nil {
+		name = filepath.Base(exe)
+	} else if len(os.Args) > 0 {
+		name = filepath.Base(os.Args[0])
+	}
+	if ns := podNamespace(); ns != "" {
+		return ns + "/" + name
+	}
+	return name
+}
+
+// serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // WithChannel sets the pub/sub channel verdicts are announced on; by default it is the
-// prefix without its trailing colon ("fusebox:verdict").
+// key prefix, application included, without its trailing colon
+// ("fusebox:verdict:shop/checkout").
 func WithChannel(channel string) Option { return func(c *config) { c.channel = channel } }
 
 // WithTTL sets how long a shared verdict outlives its last change ([DefaultTTL]). Keep it
@@ -89,8 +131,8 @@ type Stats struct {
 	LastError error
 }
 
-// Store shares the verdicts of breakers between processes through Redis: the state, when
-// it was reached and the half-open successes counted so far, never the window's counters.
+// Store shares the verdicts of breakers between processes through Redis: the state and when
+// it was reached, never counters (neither the window's nor the half-open probes').
 //
 // A breaker takes part when it is created with [breaker.WithObserver](store) and attached
 // with [Store.Attach] (or [Store.NewBreaker], [Store.AttachRegistry]). Its transitions are
@@ -118,7 +160,6 @@ type Store struct {
 	registries []registration        // guarded by mu
 	pending    []*binding            // guarded by mu; a binding is in it at most once (binding.queued)
 	unknown    map[string]struct{}   // guarded by mu; names that transitioned before being attached
-	probing    bool                  // guarded by mu; some breaker went half-open: sample probe counts
 
 	health                        atomic.Int32 // healthUnknown, healthUp, healthDown
 	errs, outages, garbage        atomic.Uint64
@@ -153,10 +194,6 @@ type binding struct {
 	known    uint64 // epoch of the last shared verdict seen or written; 0: none
 	shared   shared // that verdict, when has
 	has      bool
-	// The local half-open period (by its start) and how many of its successes are already
-	// counted in the shared verdict.
-	hosSince time.Time
-	localHOS int
 }
 
 var _ breaker.Observer = (*Store)(nil)
@@ -184,6 +221,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: poll interval %v is not positive", cfg.pollInterval)
 	case cfg.opTimeout <= 0:
 		return nil, fmt.Errorf("redisstore: operation timeout %v is not positive", cfg.opTimeout)
+	}
+	if !cfg.appSet {
+		cfg.application = DefaultApplication()
+	}
+	if cfg.application != "" {
+		// From here on, prefix is everything a key starts with.
+		cfg.prefix += cfg.application + ":"
 	}
 	if cfg.channel == "" {
 		cfg.channel = strings.TrimSuffix(cfg.prefix, ":")
@@ -247,8 +291,12 @@ func (s *Store) Attach(b *breaker.Breaker, key string) error {
 	return nil
 }
 
+// Key returns the Redis key the store keeps a breaker's verdict under when it is attached
+// under key: the prefix, the application and key.
+func (s *Store) Key(key string) string { return s.cfg.prefix + key }
+
 func (s *Store) attachLocked(b *breaker.Breaker, key string) {
-	bd := &binding{b: b, key: s.cfg.prefix + key}
+	bd := &binding{b: b, key: s.Key(key)}
 	s.byName[b.Name()] = bd
 	s.byKey[bd.key] = append(s.byKey[bd.key], bd)
 	bd.queued.Store(true)
@@ -329,9 +377,6 @@ func (s *Store) OnTransition(t breaker.Transition) {
 		if !bd.queued.Swap(true) {
 			s.pending = append(s.pending, bd)
 		}
-	}
-	if t.To == breaker.HalfOpen {
-		s.probing = true
 	}
 	s.mu.Unlock()
 	s.signal()

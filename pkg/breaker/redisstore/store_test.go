@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -317,8 +319,10 @@ func TestStaleViewAdopts(t *testing.T) {
 	}
 }
 
-// TestHalfOpenSuccessesShared: the success threshold counts the probes of every process.
-func TestHalfOpenSuccessesShared(t *testing.T) {
+// TestProbesNotShared: counters are never shared (DESIGN.md §5.10), the half-open probe
+// successes included. Each process needs SuccessThreshold successes of its own; the first
+// that gets them closes the circuit for all.
+func TestProbesNotShared(t *testing.T) {
 	srv := startRedis(t)
 	prefix := freeKey(t)
 	p := testPolicy()
@@ -330,7 +334,7 @@ func TestHalfOpenSuccessesShared(t *testing.T) {
 	ready(t, one)
 	ready(t, other)
 
-	// Both open on a period that started an hour ago: both due for half-open.
+	// Both open on a period that started long ago: both due for half-open.
 	c := srv.Client()
 	openedAt := time.Now().Add(-2 * p.OpenTimeout)
 	c.HSet(context.Background(), prefix+"k", "format", format, "epoch", "1", "state", "open",
@@ -340,18 +344,37 @@ func TestHalfOpenSuccessesShared(t *testing.T) {
 	eventually(t, 2*time.Second, "both adopt the open period", func() bool {
 		return a.Verdict().State != breaker.Closed && b.Verdict().State != breaker.Closed
 	})
-	// One probe success each: neither reaches the threshold alone.
+	// a goes half-open with its first probe, and shares that; b follows into half-open.
 	if err := a.Execute(context.Background(), succeed); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "a's success reaches Redis", func() bool {
-		return stored(t, c, prefix+"k")["hos"] == "1"
+	eventually(t, 2*time.Second, "b adopts the half-open period", func() bool {
+		return b.State() == breaker.HalfOpen
 	})
 	if err := b.Execute(context.Background(), succeed); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Second, "the fleet's two successes close both", func() bool {
-		return a.State() == breaker.Closed && b.State() == breaker.Closed
+	// Two successes in the fleet, one in each process: neither has reached the threshold.
+	settle(t, one)
+	settle(t, other)
+	if sa, sb := a.State(), b.State(); sa != breaker.HalfOpen || sb != breaker.HalfOpen {
+		t.Fatalf("states %v and %v after one probe success each, want both half-open", sa, sb)
+	}
+	if got := stored(t, c, prefix+"k"); got["state"] != "half_open" || got["hos"] != "0" {
+		t.Fatalf("stored %v, want half_open with no count", got)
+	}
+	if ca, cb := a.Counts(), b.Counts(); ca.Successes != 1 || cb.Successes != 1 {
+		t.Fatalf("counts %+v and %+v, want each process's own one success", ca, cb)
+	}
+	// a's second success closes a, and its Closed verdict closes b.
+	if err := a.Execute(context.Background(), succeed); err != nil {
+		t.Fatal(err)
+	}
+	if a.State() != breaker.Closed {
+		t.Fatalf("a is %v after two probe successes", a.State())
+	}
+	eventually(t, 2*time.Second, "b adopts the Closed verdict", func() bool {
+		return b.State() == breaker.Closed
 	})
 	if got := stored(t, c, prefix+"k"); got["state"] != "closed" {
 		t.Errorf("stored %v", got)
@@ -452,7 +475,7 @@ func TestOptions(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("nil client accepted")
 	}
-	s, err := New(c, WithPrefix("app:cb:"))
+	s, err := New(c, WithPrefix("app:cb:"), WithApplication(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,4 +562,63 @@ func TestKeyPrefixAndTTL(t *testing.T) {
 	if got := stored(t, c, prefix+"orders"); got["state"] != "open" || got["by"] == "" {
 		t.Errorf("stored %v", got)
 	}
+}
+
+// TestApplicationInKeys: two applications on one Redis that both name a breaker "db" do not
+// share a verdict (issue 11); by default the application is the program's name.
+func TestApplicationInKeys(t *testing.T) {
+	srv := startRedis(t)
+	prefix := freeKey(t)
+	billing := newStore(t, srv, prefix, WithApplication("billing"))
+	shipping := newStore(t, srv, prefix, WithApplication("shipping"))
+	a := mustBreaker(t, billing, "db", "db", testPolicy())
+	b := mustBreaker(t, shipping, "db", "db", testPolicy())
+	ready(t, billing)
+	ready(t, shipping)
+	trip(t, a, 5)
+	settle(t, billing)
+	c := srv.Client()
+	if got := stored(t, c, prefix+"billing:db"); got["state"] != "open" {
+		t.Fatalf("billing's verdict: %v", got)
+	}
+	// shipping polls every 100 ms: give it a few polls to (wrongly) pick the verdict up.
+	time.Sleep(300 * time.Millisecond)
+	settle(t, shipping)
+	if s := b.State(); s != breaker.Closed {
+		t.Fatalf("shipping's db is %v: it took billing's verdict", s)
+	}
+	if n := c.Exists(context.Background(), prefix+"shipping:db").Val(); n != 0 {
+		t.Fatal("shipping wrote a verdict it never reached")
+	}
+	if billing.cfg.channel == shipping.cfg.channel {
+		t.Errorf("both announce on %q", billing.cfg.channel)
+	}
+
+	t.Run("default", func(t *testing.T) {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Skip("no executable path on this platform:", err)
+		}
+		t.Setenv("POD_NAMESPACE", "")
+		s, err := New(c, WithPrefix("p:"), WithLogger(quietLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if got, want := s.Key("db"), "p:"+filepath.Base(exe)+":db"; got != want {
+			t.Errorf("key %q, want %q", got, want)
+		}
+		t.Setenv("POD_NAMESPACE", "shop")
+		s2, err := New(c, WithLogger(quietLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		if got, want := s2.Key("db"), DefaultPrefix+"shop/"+filepath.Base(exe)+":db"; got != want {
+			t.Errorf("key in a pod %q, want %q", got, want)
+		}
+		if got, want := s2.cfg.channel, DefaultPrefix+"shop/"+filepath.Base(exe); got != want {
+			t.Errorf("channel %q, want %q", got, want)
+		}
+	})
 }

@@ -14,7 +14,11 @@ import (
 // is someone else's, and is never read as a verdict nor overwritten.
 const format = "fusebox.verdict.v1"
 
-// The hash fields of a shared verdict, in the order HMGET asks for them.
+// The hash fields of a shared verdict, in the order HMGET asks for them. The fifth, hos, is
+// the count of half-open successes that earlier versions shared across processes. Counters
+// are never shared (DESIGN.md §5.10), so it is written as 0 and its value ignored, but it
+// stays in the v1 format so that processes of either version read each other's verdicts
+// during a rolling upgrade.
 var fields = []string{"format", "epoch", "state", "since", "hos"}
 
 // maxEpoch keeps epochs exactly representable in the Lua scripts, whose numbers are
@@ -24,19 +28,17 @@ const maxEpoch = 1<<53 - 1
 // shared is a verdict as it is held in Redis.
 type shared struct {
 	// epoch counts the state periods of the shared verdict: every state change bumps it,
-	// and a compare-and-set succeeds only on top of the epoch the writer last knew. A
-	// half-open success adds to hos without bumping it: the period is the same.
+	// and a compare-and-set succeeds only on top of the epoch the writer last knew.
 	epoch uint64
 	state breaker.State
 	since time.Time // zero when the verdict has no known start
-	hos   int       // half-open successes counted by every process in this period
 }
 
 func (s shared) verdict() breaker.Verdict {
-	return breaker.Verdict{State: s.state, Since: s.since, HalfOpenSuccesses: s.hos}
+	return breaker.Verdict{State: s.state, Since: s.since}
 }
 
-// samePeriod reports whether v is the state period s describes, whatever its probe count.
+// samePeriod reports whether v is the state period s describes.
 // Closed is closed whenever it started: a process that starts reads closed since its own
 // start, and publishing that over an older closed verdict would only churn epochs.
 func (s shared) samePeriod(v breaker.Verdict) bool {
@@ -75,7 +77,7 @@ func parseShared(epoch, state, since, hos string) (shared, error) {
 	if s.state != breaker.HalfOpen && h != 0 {
 		return s, fmt.Errorf("%w: half-open successes %d in state %s", errGarbage, h, s.state)
 	}
-	s.epoch, s.hos = e, h
+	s.epoch = e
 	if ns != 0 {
 		s.since = time.Unix(0, ns).UTC()
 	}

@@ -31,4 +31,13 @@
 // the API server does not yet trust. The old CA stays trusted until it
 // expires. The caBundle is always written before the Secret, for the same
 // reason.
+//
+// One file per job: pki.go issues certificates; bundle.go is the Secret's
+// data, parsed and encoded; plan.go decides what the Secret should hold at a
+// given instant and when to look again; store.go reads, writes and watches the
+// Secret; cabundle.go sets the caBundles, one path for both kinds of webhook
+// configuration; watch.go watches one object by name, for both; files.go and
+// syncer.go keep the certificate directory; rotator.go is the leader's loop;
+// manager.go puts them together.
+// docs/webhooks.md says why this is not github.com/open-policy-agent/cert-controller.
 package certs

@@ -63,6 +63,9 @@ func SetDefaults(s *resiliencev1alpha1.CircuitBreakerSpec) {
 	if s.Scope == "" {
 		s.Scope = resiliencev1alpha1.ScopePod
 	}
+	if s.FleetQuorumPercent == nil {
+		s.FleetQuorumPercent = ptr.To[int32](resiliencev1alpha1.DefaultFleetQuorumPercent)
+	}
 }
 
 // effective returns s with its defaults, leaving s alone: what the breaker runs.

@@ -12,15 +12,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
-
-// configKeySuffix ends the ConfigMap key under which a breaker is published
-// (DESIGN §1: fusebox-breakers/<name>.json).
-const configKeySuffix = ".json"
 
 // MaxNameLength is the longest CircuitBreaker name whose ConfigMap key
 // <name>.json is still a valid key (at most 253 characters).
-const MaxNameLength = validation.DNS1123SubdomainMaxLength - len(configKeySuffix)
+const MaxNameLength = breakerconfig.MaxKeyNameLength
 
 // Validator refuses CircuitBreakers that the schema and CEL let through but
 // that cannot be published or run as written, and warns about risky ones.
@@ -72,10 +69,10 @@ func validateName(name string) field.ErrorList {
 		return nil
 	}
 	var errs field.ErrorList
-	for _, msg := range validation.IsConfigMapKey(name + configKeySuffix) {
+	for _, msg := range validation.IsConfigMapKey(breakerconfig.Key(name)) {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), name,
 			fmt.Sprintf("the breaker is published under the ConfigMap key %q, which is not a valid key: %s (names may be at most %d characters)",
-				truncate(name+configKeySuffix, 40), msg, MaxNameLength)))
+				truncate(breakerconfig.Key(name), 40), msg, MaxNameLength)))
 	}
 	return errs
 }

@@ -15,7 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Path is where the webhook is served.
@@ -24,16 +24,16 @@ const Path = "/mutate-v1-pod"
 // AnnotationInject asks for injection when its value is "true".
 const AnnotationInject = "fusebox.dev/inject"
 
-// What is injected. The environment names are pkg/breaker/kube's (EnvConfigDir,
-// EnvPodName, EnvNamespace); they are spelled out here so that this package does
-// not pull client-go's dynamic client into the operator.
+// What is injected. The environment names are the ones pkg/breaker/kube reads,
+// defined once in breakerconfig.
 const (
 	VolumeName = "fusebox-breakers"
 	MountPath  = "/etc/fusebox"
 
-	EnvConfigDir = "FUSEBOX_CONFIG_DIR"
-	EnvPodName   = "POD_NAME"
-	EnvNamespace = "POD_NAMESPACE"
+	EnvConfigDir = breakerconfig.EnvConfigDir
+	EnvPodName   = breakerconfig.EnvPodName
+	EnvPodUID    = breakerconfig.EnvPodUID
+	EnvNamespace = breakerconfig.EnvNamespace
 )
 
 // The pod webhook fails open and runs only for pods that carry the annotation
@@ -121,7 +121,7 @@ func (p *planner) warn(format string, args ...any) {
 func injectedVolume() corev1.Volume {
 	optional := true
 	return corev1.Volume{Name: VolumeName, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-		LocalObjectReference: corev1.LocalObjectReference{Name: resiliencev1alpha1.ConfigMapName},
+		LocalObjectReference: corev1.LocalObjectReference{Name: breakerconfig.ConfigMapName},
 		Optional:             &optional,
 	}}}
 }
@@ -138,8 +138,8 @@ func (p *planner) volume(volumes []corev1.Volume) {
 		if v.Name != VolumeName {
 			continue
 		}
-		if cm := v.ConfigMap; cm == nil || cm.Name != resiliencev1alpha1.ConfigMapName {
-			p.warn("kept the pod's own volume %q, which is not the %s ConfigMap; it is what %s mounts", VolumeName, resiliencev1alpha1.ConfigMapName, MountPath)
+		if cm := v.ConfigMap; cm == nil || cm.Name != breakerconfig.ConfigMapName {
+			p.warn("kept the pod's own volume %q, which is not the %s ConfigMap; it is what %s mounts", VolumeName, breakerconfig.ConfigMapName, MountPath)
 		}
 		return
 	}
@@ -186,6 +186,7 @@ func injectedEnv() []corev1.EnvVar {
 		{Name: EnvConfigDir, Value: MountPath},
 		{Name: EnvPodName, ValueFrom: fieldRef("metadata.name")},
 		{Name: EnvNamespace, ValueFrom: fieldRef("metadata.namespace")},
+		{Name: EnvPodUID, ValueFrom: fieldRef("metadata.uid")},
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
@@ -138,8 +139,20 @@ func TestInjectsAndIsIdempotent(t *testing.T) {
 	if c := got.Spec.InitContainers[0]; len(c.Env) != 0 || len(c.VolumeMounts) != 0 {
 		t.Errorf("plain init container was injected: %+v", c)
 	}
-	if e := got.Spec.Containers[0].Env; e[0].Name != "LOG_LEVEL" || len(e) != 4 {
-		t.Errorf("app env %+v: want LOG_LEVEL first, then Fusebox's three", e)
+	if e := got.Spec.Containers[0].Env; e[0].Name != "LOG_LEVEL" || len(e) != 5 {
+		t.Errorf("app env %+v: want LOG_LEVEL first, then Fusebox's four", e)
+	}
+	// Spelled out rather than read from injectedEnv: what the downward API must give
+	// pkg/breaker/kube, the pod's UID included (its report is owned by its Pod).
+	for name, path := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"} {
+		i := slices.IndexFunc(got.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == name })
+		if i < 0 {
+			t.Errorf("app env has no %s", name)
+			continue
+		}
+		if vf := got.Spec.Containers[0].Env[i].ValueFrom; vf == nil || vf.FieldRef == nil || vf.FieldRef.FieldPath != path {
+			t.Errorf("app %s is %+v, want fieldRef %s", name, got.Spec.Containers[0].Env[i], path)
+		}
 	}
 
 	// Admitted again, as stored (with the API server's defaults), twice.
@@ -188,11 +201,11 @@ func TestKeepsWhatThePodHas(t *testing.T) {
 	if len(app.VolumeMounts) != 1 || app.VolumeMounts[0].Name != "custom" {
 		t.Errorf("app mounts %+v: want only its own", app.VolumeMounts)
 	}
-	if e := app.Env; len(e) != 3 || e[0].Value != "fixed" || e[1].Name != "POD_NAMESPACE" || e[2].Name != "FUSEBOX_CONFIG_DIR" {
-		t.Errorf("app env %+v: want its POD_NAME and POD_NAMESPACE kept, FUSEBOX_CONFIG_DIR added", e)
+	if e := app.Env; len(e) != 4 || e[0].Value != "fixed" || e[1].Name != "POD_NAMESPACE" || e[2].Name != "FUSEBOX_CONFIG_DIR" || e[3].Name != "POD_UID" {
+		t.Errorf("app env %+v: want its POD_NAME and POD_NAMESPACE kept, FUSEBOX_CONFIG_DIR and POD_UID added", e)
 	}
 	worker := got.Spec.Containers[1]
-	if e := worker.Env; len(e) != 3 || e[0].Value != "/config" {
+	if e := worker.Env; len(e) != 4 || e[0].Value != "/config" {
 		t.Errorf("worker env %+v", e)
 	}
 	if len(worker.VolumeMounts) != 1 || worker.VolumeMounts[0].Name != VolumeName {
@@ -281,11 +294,25 @@ func TestServeHTTPGarbage(t *testing.T) {
 	}
 }
 
-// The names are spelled out in this package to keep client-go's dynamic client
-// out of the operator; they must stay pkg/breaker/kube's.
-func TestEnvironmentNamesAreKubes(t *testing.T) {
-	if EnvConfigDir != kube.EnvConfigDir || EnvPodName != kube.EnvPodName || EnvNamespace != kube.EnvNamespace {
-		t.Errorf("env names %s %s %s, pkg/breaker/kube reads %s %s %s",
-			EnvConfigDir, EnvPodName, EnvNamespace, kube.EnvConfigDir, kube.EnvPodName, kube.EnvNamespace)
+// The names the webhook injects are breakerconfig's, the one owner of the names the
+// operator and the pods share, which pkg/breaker/kube reads too.
+func TestEnvironmentNamesAreBreakerconfigs(t *testing.T) {
+	for _, tc := range []struct{ injected, shared, read string }{
+		{EnvConfigDir, breakerconfig.EnvConfigDir, kube.EnvConfigDir},
+		{EnvPodName, breakerconfig.EnvPodName, kube.EnvPodName},
+		{EnvNamespace, breakerconfig.EnvNamespace, kube.EnvNamespace},
+		{EnvPodUID, breakerconfig.EnvPodUID, kube.EnvPodUID},
+	} {
+		if tc.injected != tc.shared || tc.read != tc.shared {
+			t.Errorf("injected %s, breakerconfig says %s, pkg/breaker/kube reads %s", tc.injected, tc.shared, tc.read)
+		}
+	}
+	var names []string
+	for _, e := range injectedEnv() {
+		names = append(names, e.Name)
+	}
+	want := []string{breakerconfig.EnvConfigDir, breakerconfig.EnvPodName, breakerconfig.EnvNamespace, breakerconfig.EnvPodUID}
+	if !slices.Equal(names, want) {
+		t.Errorf("injected %v, want %v", names, want)
 	}
 }

@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"bytes"
@@ -14,21 +14,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // The envtest control plane every test of this package shares; each test works in its
@@ -46,14 +51,17 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// controller-runtime's client is the tests' only; its log is not theirs to read.
+	ctrllog.SetLogger(logr.Discard())
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 	certDir, err := os.MkdirTemp("", "fusebox-kube-envtest-")
 	if err != nil {
 		panic(err)
 	}
 	defer os.RemoveAll(certDir)
-	if testEnv, envErr = testenv.New("../../.."); envErr == nil {
+	if testEnv, envErr = testenv.New("../.."); envErr == nil {
 		// A certificate directory of our own survives APIServer.Stop, so the outage test
 		// can restart the API server on the same port with the same serving certificate,
 		// and the rest.Config every instance holds stays valid.
@@ -67,6 +75,10 @@ func runMain(m *testing.M) int {
 	if envErr == nil {
 		defer func() { _ = testEnv.Stop() }()
 		k8sClient, envErr = client.New(cfg, client.Options{Scheme: scheme})
+	}
+	if envErr == nil {
+		// The API server's own check of which report a pod may write, as deployed.
+		envErr = testenv.InstallPolicies(cfg, "../..")
 	}
 	if envErr != nil {
 		fmt.Fprintf(os.Stderr, "\n*** envtest control plane not started: %v\n*** the tests that need it fail\n\n", envErr)
@@ -145,17 +157,17 @@ func writeConfigMap(t *testing.T, ns string, data map[string]string) {
 	}
 }
 
-// members returns the member entries of the CircuitBreaker name, by pod.
-func members(ns, name string) (map[string]resiliencev1alpha1.MemberStatus, error) {
-	var cb resiliencev1alpha1.CircuitBreaker
-	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cb); err != nil {
-		return nil, err
+// reportOf returns the BreakerReport of pod and its entries by breaker name.
+func reportOf(ns, pod string) (*resiliencev1alpha1.BreakerReport, map[string]resiliencev1alpha1.BreakerReportEntry, error) {
+	var r resiliencev1alpha1.BreakerReport
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, &r); err != nil {
+		return nil, nil, err
 	}
-	out := map[string]resiliencev1alpha1.MemberStatus{}
-	for _, m := range cb.Status.Members {
-		out[m.Pod] = m
+	out := map[string]resiliencev1alpha1.BreakerReportEntry{}
+	for _, e := range r.Breakers {
+		out[e.Name] = e
 	}
-	return out, nil
+	return &r, out, nil
 }
 
 // eventually polls f until it returns nil, and fails the test with f's last error when
@@ -179,7 +191,8 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 // instance is one in-process "pod": an agent with its own pod name and API connection.
 type instance struct {
 	pod    string
-	agent  *Agent
+	uid    types.UID // of its Pod object; empty with noPod
+	agent  *kube.Agent
 	reg    *breaker.Registry
 	cancel context.CancelFunc
 	// mutations counts the mutating requests this instance sent to the API server.
@@ -190,23 +203,50 @@ type instance struct {
 type instanceOptions struct {
 	clock    *breakertest.Clock
 	breakers []string // created with Registry.Get right after start, as an application would
-	modify   func(*Options)
+	// noPod leaves the Pod object out: envtest has no kubelet, so the tests create the
+	// Pod a real agent runs in, which the agent reads for its UID.
+	noPod bool
+	// passUID gives the agent its Pod's UID in Options.PodUID (the downward API's
+	// POD_UID), so that it need not read its Pod.
+	passUID bool
+	modify  func(*kube.Options)
 }
 
-// startInstance starts an agent for pod in ns. It stops when the test ends.
+// createPod creates the Pod object of an instance, as the kubelet would have, and returns
+// its UID.
+func createPod(t *testing.T, ns, pod string) types.UID {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := k8sClient.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	return p.UID
+}
+
+// startInstance starts an agent for pod in ns, after creating its Pod unless told not to.
+// It stops when the test ends.
 func startInstance(t *testing.T, ns, pod string, opt instanceOptions) *instance {
 	t.Helper()
 	in := &instance{pod: pod, mutations: new(atomic.Int64), logs: new(syncBuffer)}
+	if !opt.noPod {
+		in.uid = createPod(t, ns, pod)
+	}
 	c := rest.CopyConfig(cfg)
 	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return &countingTransport{rt: rt, mutations: in.mutations}
 	}
-	o := Options{
+	o := kube.Options{
 		Config:        c,
 		Namespace:     ns,
 		Pod:           pod,
 		DefaultPolicy: breaker.DefaultPolicy(),
 		Logger:        slog.New(slog.NewTextHandler(logWriter(t, in.logs), &slog.HandlerOptions{Level: slog.LevelDebug})).With("pod", pod),
+	}
+	if opt.passUID {
+		o.PodUID = string(in.uid)
 	}
 	if opt.clock != nil {
 		o.BreakerOptions = append(o.BreakerOptions, breaker.WithClock(opt.clock))
@@ -215,7 +255,7 @@ func startInstance(t *testing.T, ns, pod string, opt instanceOptions) *instance 
 		opt.modify(&o)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := StartAgent(ctx, o)
+	a, err := kube.StartAgent(ctx, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -297,28 +337,52 @@ func policyIs(ins []*instance, name string, p breaker.Policy) error {
 	return nil
 }
 
-// memberIs checks the entry of pod in the CircuitBreaker name.
-func memberIs(ns, name, pod string, check func(resiliencev1alpha1.MemberStatus) error) error {
-	ms, err := members(ns, name)
+// memberIs checks the entry of breaker name in pod's BreakerReport.
+func memberIs(ns, name, pod string, check func(resiliencev1alpha1.BreakerReportEntry) error) error {
+	_, es, err := reportOf(ns, pod)
 	if err != nil {
-		return err
+		return fmt.Errorf("report of pod %s: %w", pod, err)
 	}
-	m, ok := ms[pod]
+	e, ok := es[name]
 	if !ok {
-		return fmt.Errorf("%s: no entry for pod %s yet (have %d)", name, pod, len(ms))
+		return fmt.Errorf("pod %s reports no entry for %s yet (has %d)", pod, name, len(es))
 	}
-	if err := check(m); err != nil {
-		return fmt.Errorf("%s: pod %s: %w (entry %+v)", name, pod, err, m)
+	if err := check(e); err != nil {
+		return fmt.Errorf("pod %s: %s: %w (entry %+v)", pod, name, err, e)
 	}
 	return nil
 }
 
 // wantEntry checks the state and config generation of an entry.
-func wantEntry(state resiliencev1alpha1.State, gen int64) func(resiliencev1alpha1.MemberStatus) error {
-	return func(m resiliencev1alpha1.MemberStatus) error {
-		if m.State != state || m.ConfigGeneration != gen {
-			return fmt.Errorf("state %s generation %d, want %s generation %d", m.State, m.ConfigGeneration, state, gen)
+func wantEntry(state resiliencev1alpha1.State, gen int64) func(resiliencev1alpha1.BreakerReportEntry) error {
+	return func(e resiliencev1alpha1.BreakerReportEntry) error {
+		if e.State != state || e.ConfigGeneration != gen {
+			return fmt.Errorf("state %s generation %d, want %s generation %d", e.State, e.ConfigGeneration, state, gen)
 		}
 		return nil
 	}
+}
+
+// wantReason checks the state and reason of an entry.
+func wantReason(state resiliencev1alpha1.State, reason string) func(resiliencev1alpha1.BreakerReportEntry) error {
+	return func(e resiliencev1alpha1.BreakerReportEntry) error {
+		if e.State != state || e.Reason != reason {
+			return fmt.Errorf("state %s reason %s, want %s %s", e.State, e.Reason, state, reason)
+		}
+		return nil
+	}
+}
+
+// idle waits until the agent's writer has nothing left to write: the report it wants is
+// the one the API server accepted. Its Writes count is then complete: the counter moves
+// just after the server answers, so a test that has read the new report may otherwise
+// read the count before it moves.
+func idle(t *testing.T, a *kube.Agent) {
+	t.Helper()
+	eventually(t, propagation, func() error {
+		if !a.ReportWritten() {
+			return fmt.Errorf("the writer is still busy (stats %+v)", a.Stats())
+		}
+		return nil
+	})
 }

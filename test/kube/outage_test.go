@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // steadyQuiet is how long converged instances are watched for writes.
@@ -59,6 +60,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	mutations := make([]int64, len(ins))
 	applies := make([]int64, len(ins))
 	for i, in := range ins {
+		idle(t, in.agent)
 		writes[i], mutations[i], applies[i] = in.agent.Stats().Writes, in.mutations.Load(), in.agent.Stats().ConfigApplies
 	}
 	quietUntil := time.Now().Add(steadyQuiet)
@@ -227,7 +229,7 @@ func TestUnreachableAtStart(t *testing.T) {
 	start := time.Now()
 	in := startInstance(t, ns, "a", instanceOptions{
 		breakers: []string{"late"},
-		modify:   func(o *Options) { o.Config.Host = px.url() },
+		modify:   func(o *kube.Options) { o.Config.Host = px.url() },
 	})
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Start took %v with the API server unreachable", d)

@@ -48,13 +48,16 @@ func sameCondition(a, b *resiliencev1alpha1.CircuitBreaker, conditionType string
 }
 
 // setOpenCondition sets Open from the breaker's aggregated state.
-func setOpenCondition(cb *resiliencev1alpha1.CircuitBreaker) {
+func setOpenCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) {
 	c := metav1.Condition{Type: resiliencev1alpha1.ConditionOpen, Status: metav1.ConditionFalse}
-	switch cb.Status.State {
+	switch v.state {
 	case resiliencev1alpha1.StateOpen:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, resiliencev1alpha1.ReasonCircuitOpen, openedMessage(cb)
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, resiliencev1alpha1.ReasonCircuitOpen, openedMessage(cb, v)
 	case resiliencev1alpha1.StateHalfOpen:
 		c.Reason, c.Message = resiliencev1alpha1.ReasonCircuitHalfOpen, "Probing whether the dependency is back"
+		if m := fleetHalfOpen(cb, v); m != "" {
+			c.Message = m
+		}
 	case resiliencev1alpha1.StateClosed:
 		c.Reason, c.Message = resiliencev1alpha1.ReasonCircuitClosed, "Every reporting pod has the circuit closed"
 	default:
@@ -64,17 +67,16 @@ func setOpenCondition(cb *resiliencev1alpha1.CircuitBreaker) {
 }
 
 // setConfigAppliedCondition sets ConfigApplied from what the members run.
-func setConfigAppliedCondition(cb *resiliencev1alpha1.CircuitBreaker) {
+func setConfigAppliedCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) {
 	c := metav1.Condition{Type: resiliencev1alpha1.ConditionConfigApplied}
-	counts := cb.Status.MemberCounts
-	rejected := rejections(cb.Status.Members)
+	counts, rejected := v.counts, v.rejected
 	switch {
 	case counts == nil || counts.Reporting == 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, resiliencev1alpha1.ReasonNoMembers, "No pod reports this breaker yet"
 	case len(rejected) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, resiliencev1alpha1.ReasonMembersRejected
 		c.Message = fmt.Sprintf("%d of %d pods refused the published configuration and keep their last good one: %s",
-			len(rejected), counts.Reporting, joinLimited(rejected, maxListed))
+			len(rejected), counts.Reporting, joinLimited(rejected))
 	case counts.OnLatestConfig < counts.Reporting:
 		c.Status, c.Reason = metav1.ConditionFalse, resiliencev1alpha1.ReasonMembersBehind
 		c.Message = fmt.Sprintf("%d of %d pods run generation %d", counts.OnLatestConfig, counts.Reporting, cb.Generation)

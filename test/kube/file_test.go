@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // volume is a directory the way the kubelet maintains a ConfigMap volume: the files live
@@ -73,7 +74,7 @@ func TestFileSourceFollowsKubeletSwaps(t *testing.T) {
 	in := startInstance(t, ns, "a", instanceOptions{
 		breakers: []string{"files"},
 		// An hour: only the file events can bring the updates in time.
-		modify: func(o *Options) { o.ConfigDir, o.PollInterval = vol.dir, time.Hour },
+		modify: func(o *kube.Options) { o.ConfigDir, o.PollInterval = vol.dir, time.Hour },
 	})
 	ins := []*instance{in}
 	eventually(t, propagation, func() error { return policyIs(ins, "files", p1) })
@@ -95,7 +96,7 @@ func TestFileSourceFollowsKubeletSwaps(t *testing.T) {
 
 	vol.publish(t, map[string]string{"files.json": `{"name": "files", "generation": 3, "openTimeout": "30s", "window": "10s", "failureRatio": 7}`})
 	eventually(t, propagation, func() error {
-		return memberIs(ns, "files", "a", func(m resiliencev1alpha1.MemberStatus) error {
+		return memberIs(ns, "files", "a", func(m resiliencev1alpha1.BreakerReportEntry) error {
 			if m.ConfigGeneration != 2 || !strings.Contains(m.ConfigError, "failureRatio") {
 				return fmt.Errorf("want generation 2 kept and a configError naming failureRatio")
 			}
@@ -118,7 +119,7 @@ func TestFileSourceWithoutAPI(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "config")
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := StartAgent(ctx, Options{
+	a, err := kube.StartAgent(ctx, kube.Options{
 		ConfigDir:    dir,
 		PollInterval: 50 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(logWriter(t, &logs), nil)),

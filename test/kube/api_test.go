@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // propagation bounds how long the API server and the informers may take to carry a change.
@@ -131,7 +131,7 @@ func TestBadEntryIsRefusedForThatBreakerOnly(t *testing.T) {
 			if err := memberIs(ns, "good", in.pod, wantEntry(resiliencev1alpha1.StateClosed, 4)); err != nil {
 				return err
 			}
-			err := memberIs(ns, "bad", in.pod, func(m resiliencev1alpha1.MemberStatus) error {
+			err := memberIs(ns, "bad", in.pod, func(m resiliencev1alpha1.BreakerReportEntry) error {
 				if m.ConfigGeneration != 1 || !strings.Contains(m.ConfigError, "openTimeout") {
 					return fmt.Errorf("want generation 1 kept and a configError naming openTimeout")
 				}
@@ -163,7 +163,7 @@ func TestBadEntryIsRefusedForThatBreakerOnly(t *testing.T) {
 			return err
 		}
 		for _, in := range ins {
-			err := memberIs(ns, "bad", in.pod, func(m resiliencev1alpha1.MemberStatus) error {
+			err := memberIs(ns, "bad", in.pod, func(m resiliencev1alpha1.BreakerReportEntry) error {
 				if m.ConfigGeneration != 5 || m.ConfigError != "" {
 					return fmt.Errorf("want generation 5 and no configError")
 				}
@@ -176,9 +176,33 @@ func TestBadEntryIsRefusedForThatBreakerOnly(t *testing.T) {
 		return nil
 	})
 
-	// The key deleted (its CircuitBreaker is gone): back to the default policy.
+	// The key deleted (its CircuitBreaker is gone): back to the default policy, and out of
+	// the report, which keeps the others.
+	writes := make([]int64, len(ins))
+	for i, in := range ins {
+		idle(t, in.agent)
+		writes[i] = in.agent.Stats().Writes
+	}
 	writeConfigMap(t, ns, map[string]string{"good.json": render(t, "good", 4, p2, "Pod", nil)})
 	eventually(t, propagation, func() error { return policyIs(ins, "bad", breaker.DefaultPolicy()) })
+	eventually(t, propagation, func() error {
+		for _, in := range ins {
+			_, es, err := reportOf(ns, in.pod)
+			if err != nil {
+				return err
+			}
+			if _, ok := es["bad"]; ok || len(es) != 1 {
+				return fmt.Errorf("pod %s reports %v, want only good", in.pod, es)
+			}
+		}
+		return nil
+	})
+	for i, in := range ins {
+		idle(t, in.agent)
+		if n := in.agent.Stats().Writes - writes[i]; n != 1 {
+			t.Errorf("pod %s wrote %d times when a breaker was unpublished, want once", in.pod, n)
+		}
+	}
 }
 
 func TestFleetVerdictIsAdoptedOnce(t *testing.T) {
@@ -218,9 +242,9 @@ func TestFleetVerdictIsAdoptedOnce(t *testing.T) {
 			if v := in.reg.Get("shared").Verdict(); v.State != breaker.Open || !v.Since.Equal(opened) {
 				return fmt.Errorf("pod %s: %v since %v, want open since %v", in.pod, v.State, v.Since, opened)
 			}
-			if err := memberIs(ns, "shared", in.pod, func(m resiliencev1alpha1.MemberStatus) error {
-				if m.State != resiliencev1alpha1.StateOpen || !m.Since.Time.Equal(opened) {
-					return fmt.Errorf("want Open since %v", opened)
+			if err := memberIs(ns, "shared", in.pod, func(m resiliencev1alpha1.BreakerReportEntry) error {
+				if m.State != resiliencev1alpha1.StateOpen || !m.Since.Time.Equal(opened) || m.Reason != breakerconfig.ReasonAdopted {
+					return fmt.Errorf("want Open (Adopted) since %v", opened)
 				}
 				if m.Calls != nil || m.FailureRatePercent != nil {
 					return fmt.Errorf("an adopted verdict carries no local failure rate")
@@ -244,13 +268,14 @@ func TestFleetVerdictIsAdoptedOnce(t *testing.T) {
 	})
 	late.reg.Get("shared")
 	eventually(t, propagation, func() error {
-		return memberIs(ns, "shared", "late", func(m resiliencev1alpha1.MemberStatus) error {
-			if m.State != resiliencev1alpha1.StateOpen || !m.Since.Time.Equal(opened) {
-				return fmt.Errorf("want Open since %v", opened)
+		return memberIs(ns, "shared", "late", func(m resiliencev1alpha1.BreakerReportEntry) error {
+			if m.State != resiliencev1alpha1.StateOpen || !m.Since.Time.Equal(opened) || m.Reason != breakerconfig.ReasonAdopted {
+				return fmt.Errorf("want Open (Adopted) since %v", opened)
 			}
 			return nil
 		})
 	})
+	idle(t, late.agent)
 	if n := late.agent.Stats().Writes; n != 1 {
 		t.Errorf("late wrote %d times, want once (Open, never a fresh Closed)", n)
 	}
@@ -284,7 +309,7 @@ func TestFleetVerdictIsAdoptedOnce(t *testing.T) {
 			if v := in.reg.Get("shared").Verdict(); v.State != breaker.Closed || !v.Since.Equal(closed) {
 				return fmt.Errorf("pod %s: %v since %v, want closed since %v", in.pod, v.State, v.Since, closed)
 			}
-			if err := memberIs(ns, "shared", in.pod, wantEntry(resiliencev1alpha1.StateClosed, 1)); err != nil {
+			if err := memberIs(ns, "shared", in.pod, wantReason(resiliencev1alpha1.StateClosed, breakerconfig.ReasonAdopted)); err != nil {
 				return err
 			}
 		}
@@ -292,45 +317,61 @@ func TestFleetVerdictIsAdoptedOnce(t *testing.T) {
 	})
 }
 
-func TestMembersAreAppliedPerPod(t *testing.T) {
+// TestEachPodWritesItsOwnReport: one BreakerReport per pod, named after it, owned by its
+// Pod, applied by one field manager; a change on one pod is one write of its report and
+// none of any other.
+func TestEachPodWritesItsOwnReport(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	createBreaker(t, ns, "orders")
+	createBreaker(t, ns, "catalog")
 	p := testPolicy()
 	p.FailureRatio = 0.6
-	writeConfigMap(t, ns, map[string]string{"orders.json": render(t, "orders", 3, p, "Pod", nil)})
+	writeConfigMap(t, ns, map[string]string{
+		"orders.json":  render(t, "orders", 3, p, "Pod", nil),
+		"catalog.json": render(t, "catalog", 1, p, "Pod", nil),
+	})
 	clock := newFakeClock()
-	a := startInstance(t, ns, "a", instanceOptions{clock: clock, breakers: []string{"orders"}})
-	b := startInstance(t, ns, "b", instanceOptions{clock: clock, breakers: []string{"orders"}})
+	a := startInstance(t, ns, "a", instanceOptions{clock: clock, breakers: []string{"orders", "catalog"}})
+	// b is given its UID (POD_UID), a reads it from its Pod.
+	b := startInstance(t, ns, "b", instanceOptions{clock: clock, breakers: []string{"orders", "catalog"}, passUID: true})
 	eventually(t, propagation, func() error {
 		for _, pod := range []string{"a", "b"} {
 			if err := memberIs(ns, "orders", pod, wantEntry(resiliencev1alpha1.StateClosed, 3)); err != nil {
 				return err
 			}
+			if err := memberIs(ns, "catalog", pod, wantReason(resiliencev1alpha1.StateClosed, breakerconfig.ReasonStarted)); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
-
-	// One field manager per pod, each owning its own entry of the status subresource.
-	var cb resiliencev1alpha1.CircuitBreaker
-	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "orders"}, &cb); err != nil {
-		t.Fatal(err)
-	}
-	managers := map[string]bool{}
-	for _, mf := range cb.ManagedFields {
-		if mf.Subresource == "status" && mf.Operation == metav1.ManagedFieldsOperationApply {
-			managers[mf.Manager] = true
-			if raw := string(mf.FieldsV1.Raw); !strings.Contains(raw, `"k:{\"pod\":\"`+strings.TrimPrefix(mf.Manager, FieldManagerPrefix)+`\"}"`) {
-				t.Errorf("manager %s does not own its own entry: %s", mf.Manager, raw)
-			}
+	for _, in := range []*instance{a, b} {
+		rep, _, err := reportOf(ns, in.pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: in.pod, UID: in.uid}}
+		if !reflect.DeepEqual(rep.OwnerReferences, want) {
+			t.Errorf("report of %s owned by %+v, want %+v", in.pod, rep.OwnerReferences, want)
+		}
+		var managers []string
+		for _, mf := range rep.ManagedFields {
+			managers = append(managers, fmt.Sprintf("%s/%s", mf.Manager, mf.Operation))
+		}
+		if !reflect.DeepEqual(managers, []string{kube.FieldManager + "/Apply"}) {
+			t.Errorf("report of %s managed by %v, want only %s by Apply", in.pod, managers, kube.FieldManager)
+		}
+		// Both breakers went into the report in one write: they were configured by one
+		// ConfigMap.
+		idle(t, in.agent)
+		if s := in.agent.Stats(); s.Writes != 1 || s.WriteFailures != 0 || s.LastWriteError != "" {
+			t.Errorf("pod %s: stats %+v, want one write for the first report", in.pod, s)
 		}
 	}
-	if !reflect.DeepEqual(managers, map[string]bool{"fusebox-pod-a": true, "fusebox-pod-b": true}) {
-		t.Errorf("status apply managers: %v, want fusebox-pod-a and fusebox-pod-b", managers)
-	}
 
-	before, _ := members(ns, "orders")
-	bWrites := b.agent.Stats().Writes
+	bReport, _, _ := reportOf(ns, "b")
+	aWrites, bWrites := a.agent.Stats().Writes, b.agent.Stats().Writes
 	clock.Advance(time.Second)
 	ab := a.reg.Get("orders")
 	_ = ab.Execute(context.Background(), ok)
@@ -340,17 +381,21 @@ func TestMembersAreAppliedPerPod(t *testing.T) {
 		t.Fatalf("a: %v, want open", ab.State())
 	}
 	eventually(t, propagation, func() error {
-		return memberIs(ns, "orders", "a", func(m resiliencev1alpha1.MemberStatus) error {
-			if m.State != resiliencev1alpha1.StateOpen || !m.Since.Time.Equal(clock.Now()) ||
+		return memberIs(ns, "orders", "a", func(m resiliencev1alpha1.BreakerReportEntry) error {
+			if m.State != resiliencev1alpha1.StateOpen || m.Reason != breakerconfig.ReasonTripped || !m.Since.Time.Equal(clock.Now()) ||
 				m.Calls == nil || *m.Calls != 3 || m.FailureRatePercent == nil || *m.FailureRatePercent != 67 {
-				return fmt.Errorf("want Open since %v with 67%% of 3 calls failed", clock.Now())
+				return fmt.Errorf("want Open (Tripped) since %v with 67%% of 3 calls failed", clock.Now())
 			}
 			return nil
 		})
 	})
-	after, _ := members(ns, "orders")
-	if !reflect.DeepEqual(before["b"], after["b"]) {
-		t.Errorf("b's entry changed when a opened: %+v → %+v", before["b"], after["b"])
+	idle(t, a.agent)
+	if n := a.agent.Stats().Writes - aWrites; n != 1 {
+		t.Errorf("a wrote its report %d times for one transition, want once", n)
+	}
+	after, _, _ := reportOf(ns, "b")
+	if after.ResourceVersion != bReport.ResourceVersion {
+		t.Errorf("b's report changed when a opened: %+v → %+v", bReport.Breakers, after.Breakers)
 	}
 	if n := b.agent.Stats().Writes; n != bWrites {
 		t.Errorf("b wrote %d times when a opened", n-bWrites)

@@ -1,0 +1,88 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BreakerReportEntry is what one pod says of one of its breakers. It is the
+// wire shape of breakerconfig.ReportEntry, which the pods write; a test keeps
+// the two in step.
+type BreakerReportEntry struct {
+	// name is the breaker's name, the name of its CircuitBreaker.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// state is the pod's circuit state.
+	// +required
+	State State `json:"state"`
+
+	// since is when the pod's circuit reached its state, to the millisecond.
+	// +required
+	// +kubebuilder:validation:Format=date-time
+	Since metav1.Time `json:"since"`
+
+	// reason is how the pod's circuit reached its state. Tripped (its calls),
+	// Manual (Trip) and ProbeFailed open, and ProbesSucceeded closes, on the
+	// pod's own evidence; Started, TimedOut, Adopted and Forced do not move a
+	// fleet.
+	// +required
+	// +kubebuilder:validation:Enum=Started;Tripped;Manual;ProbeFailed;ProbesSucceeded;TimedOut;Adopted;Forced
+	Reason string `json:"reason"`
+
+	// calls is how many calls the pod's window held at the transition.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Calls *int64 `json:"calls,omitempty"`
+
+	// failureRatePercent is the failure rate of the pod's window, in percent,
+	// at the transition.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	FailureRatePercent *int32 `json:"failureRatePercent,omitempty"`
+
+	// configGeneration is the generation of the configuration the pod runs.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+
+	// configError says why the pod refused the latest published configuration;
+	// it keeps running its last good one. Empty when it runs the latest.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	ConfigError string `json:"configError,omitempty"`
+}
+
+// BreakerReport is one pod's report of its breakers' verdicts. Each pod that
+// runs Fusebox writes exactly one, named after itself and owned by its Pod, and
+// only when an entry changes; the operator reads them all and writes each
+// CircuitBreaker's status. An admission policy lets a pod write no report but
+// its own.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=brep,categories=fusebox
+// +kubebuilder:printcolumn:name="Breakers",type=integer,JSONPath=`.breakers.length()`,description="Breakers the pod reports"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BreakerReport struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// breakers holds one entry per breaker the pod runs and the namespace's
+	// fusebox-breakers ConfigMap publishes.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=1000
+	Breakers []BreakerReportEntry `json:"breakers,omitempty"`
+}
+
+// BreakerReportList is a list of BreakerReports.
+//
+// +kubebuilder:object:root=true
+type BreakerReportList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BreakerReport `json:"items"`
+}

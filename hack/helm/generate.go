@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Names config/default gives the deployment; the chart keeps them (webhook
+// configuration and Secret names are in RBAC resourceNames and in the
+// manager's flag defaults), and installs into the release's namespace.
+const (
+	deployedNamespace = "fusebox-system"
+	breakerClientRole = "fusebox-breaker-client"
+	managerContainer  = "manager"
+)
+
+const (
+	selfSigned  = "self-signed"
+	certManager = "cert-manager"
+)
+
+type object = map[string]any
+
+// render runs `kustomize build dir`.
+func render(kustomize, dir string) ([]object, error) {
+	var stderr bytes.Buffer
+	cmd := exec.Command(kustomize, "build", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w\n%s", dir, err, stderr.String())
+	}
+	var objs []object
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var o object
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+		}
+		if len(o) > 0 {
+			objs = append(objs, o)
+		}
+	}
+	return objs, nil
+}
+
+// certManagerVariant copies config/ to a temporary directory and switches its
+// default deployment to cert-manager, the way config/default's comments tell
+// a person to: drop the [SELFSIGNED] component and uncomment every
+// [CERTMANAGER] block. It returns the copy's default directory.
+func certManagerVariant(configDir, tmp string) (string, error) {
+	dst := filepath.Join(tmp, "config")
+	if err := copyTree(configDir, dst); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dst, "default", "kustomization.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	uncommented, blocks := uncommentCertManager(string(data))
+	if blocks == 0 {
+		return "", fmt.Errorf("%s: no [CERTMANAGER] blocks to uncomment", path)
+	}
+	var k map[string]any
+	if err := yaml.Unmarshal([]byte(uncommented), &k); err != nil {
+		return "", fmt.Errorf("%s with the [CERTMANAGER] blocks uncommented: %w", path, err)
+	}
+	var kept []any
+	components, _ := k["components"].([]any)
+	for _, c := range components {
+		if s, _ := c.(string); strings.HasSuffix(s, "/selfsigned") {
+			continue
+		}
+		kept = append(kept, c)
+	}
+	if len(kept) == len(components) {
+		return "", fmt.Errorf("%s: no self-signed component to remove", path)
+	}
+	if len(kept) == 0 {
+		delete(k, "components")
+	} else {
+		k["components"] = kept
+	}
+	out, err := yaml.Marshal(k)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(path), os.WriteFile(path, out, 0o644)
+}
+
+// uncommentCertManager removes the first "#" of the lines of each block that
+// a "## [CERTMANAGER]" line opens (lines starting with a single "#"); a block
+// ends at a blank line, a line that is not a comment, or a bare "##".
+func uncommentCertManager(s string) (string, int) {
+	var out strings.Builder
+	in, blocks := false, 0
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "## [CERTMANAGER]"):
+			in = true
+			blocks++
+		case trimmed == "##" || !strings.HasPrefix(trimmed, "#"):
+			in = false
+		case in && !strings.HasPrefix(trimmed, "##"):
+			line = strings.Replace(line, "#", "", 1)
+		}
+		out.WriteString(line)
+		out.WriteByte('\n')
+	}
+	return out.String(), blocks
+}
+
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = in.Close() }()
+		out, err := os.Create(target)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			_ = out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}
+
+func kind(o object) string { return str(o, "kind") }
+func name(o object) string { return str(o, "metadata", "name") }
+func key(o object) string  { return kind(o) + "/" + name(o) }
+
+func str(o object, path ...string) string {
+	var cur any = o
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return ""
+		}
+		cur = m[p]
+	}
+	s, _ := cur.(string)
+	return s
+}
+
+// variant is one object of the chart: the same in both certificate modes,
+// or only in one, or different between them.
+type variant struct {
+	key                     string
+	selfSigned, certManager object
+}
+
+// pair matches the objects of the two renders by kind and name, in the
+// self-signed render's order, then the cert-manager-only ones.
+func pair(a, b []object) []variant {
+	byKey := map[string]object{}
+	for _, o := range b {
+		byKey[key(o)] = o
+	}
+	var out []variant
+	seen := map[string]bool{}
+	for _, o := range a {
+		out = append(out, variant{key: key(o), selfSigned: o, certManager: byKey[key(o)]})
+		seen[key(o)] = true
+	}
+	for _, o := range b {
+		if !seen[key(o)] {
+			out = append(out, variant{key: key(o), certManager: o})
+		}
+	}
+	return out
+}
+
+// Chart holds the generated files, by path relative to the chart directory.
+type Chart map[string][]byte
+
+// generate builds the chart from the two renders of config/.
+func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
+	chart := Chart{}
+	defaults := values{}
+	var templated int
+	for _, v := range pair(selfSignedObjs, certManagerObjs) {
+		o := v.selfSigned
+		if o == nil {
+			o = v.certManager
+		}
+		switch kind(o) {
+		case "Namespace":
+			// The release's namespace: `helm install --create-namespace`.
+			continue
+		case "CustomResourceDefinition":
+			// Helm installs crds/ before the templates and never deletes them.
+			if v.selfSigned == nil || v.certManager == nil || !reflect.DeepEqual(v.selfSigned, v.certManager) {
+				return nil, fmt.Errorf("%s differs between the certificate modes; crds/ cannot say that", v.key)
+			}
+			data, err := yaml.Marshal(o)
+			if err != nil {
+				return nil, err
+			}
+			chart["crds/"+name(o)+".yaml"] = append([]byte(generatedHeader), data...)
+			continue
+		}
+
+		var body string
+		switch {
+		case v.certManager == nil:
+			t, err := template(v.selfSigned, &defaults)
+			if err != nil {
+				return nil, err
+			}
+			body = gate(`eq .Values.webhook.certMode "`+selfSigned+`"`, t)
+		case v.selfSigned == nil:
+			t, err := template(v.certManager, &defaults)
+			if err != nil {
+				return nil, err
+			}
+			body = gate(`eq .Values.webhook.certMode "`+certManager+`"`, t)
+		case reflect.DeepEqual(v.selfSigned, v.certManager):
+			t, err := template(o, &defaults)
+			if err != nil {
+				return nil, err
+			}
+			body = t
+		default:
+			ts, err := template(v.selfSigned, &defaults)
+			if err != nil {
+				return nil, err
+			}
+			tc, err := template(v.certManager, &defaults)
+			if err != nil {
+				return nil, err
+			}
+			body = fmt.Sprintf("{{- if eq .Values.webhook.certMode %q }}\n%s{{- else }}\n%s{{- end }}\n", selfSigned, ts, tc)
+		}
+		switch {
+		case kind(o) == "ClusterRole" && name(o) == breakerClientRole:
+			body = gate(".Values.breakerClientRole.enabled", body)
+		case strings.HasPrefix(str(o, "apiVersion"), "admissionregistration.k8s.io/") &&
+			(strings.HasSuffix(kind(o), "AdmissionPolicy") || strings.HasSuffix(kind(o), "AdmissionPolicyBinding")):
+			body = gate(".Values.admissionPolicy.enabled", body)
+			defaults.admissionPolicies = append(defaults.admissionPolicies, key(o))
+		}
+		file := "templates/" + strings.ToLower(kind(o)) + "-" + strings.TrimPrefix(name(o), "fusebox-") + ".yaml"
+		if _, dup := chart[file]; dup {
+			return nil, fmt.Errorf("two objects would be written to %s", file)
+		}
+		chart[file] = []byte(generatedHeader + body)
+		templated++
+	}
+	if !defaults.found {
+		return nil, errors.New("config/default renders no Deployment with a manager container")
+	}
+	if templated == 0 {
+		return nil, errors.New("nothing to template")
+	}
+	chart["Chart.yaml"] = []byte(chartYAML(defaults))
+	chart["values.yaml"] = []byte(valuesYAML(defaults))
+	chart["values.schema.json"] = []byte(valuesSchema)
+	chart["templates/NOTES.txt"] = []byte(notes)
+	chart["templates/_helpers.tpl"] = []byte(helpers)
+	chart[".helmignore"] = []byte("# Generated by hack/helm (make helm).\n*.orig\n*~\n")
+	return chart, nil
+}
+
+func gate(cond, body string) string {
+	return "{{- if " + cond + " }}\n" + body + "{{- end }}\n"
+}
+
+// values are the defaults the chart's values.yaml states, read from config/.
+type values struct {
+	found             bool
+	repository, tag   string
+	replicas          int64
+	resources         any
+	admissionPolicies []string
+}
+
+// Placeholders stand where a value is not a string, so that the YAML
+// encoder leaves them alone; they become template actions after encoding.
+const (
+	replicasToken  = "FUSEBOX_HELM_REPLICAS"
+	resourcesToken = "FUSEBOX_HELM_RESOURCES"
+)
+
+var resourcesLine = regexp.MustCompile(`(?m)^( *)resources: ` + resourcesToken + `$`)
+
+// template turns one rendered object into chart template text.
+func template(src object, defaults *values) (string, error) {
+	o, err := deepCopy(src)
+	if err != nil {
+		return "", err
+	}
+	// The release's namespace wherever config/default wrote its own: metadata,
+	// RBAC subjects, webhook clientConfig, the pod webhook's namespace
+	// exclusions, cert-manager's DNS names and CA injection annotation.
+	o = replaceStrings(o, func(s string) string {
+		return strings.ReplaceAll(s, deployedNamespace, "{{ .Release.Namespace }}")
+	}).(object)
+	meta, _ := o["metadata"].(map[string]any)
+	labels, _ := meta["labels"].(map[string]any)
+	if labels == nil {
+		labels = map[string]any{}
+		meta["labels"] = labels
+	}
+	labels["app.kubernetes.io/managed-by"] = "{{ .Release.Service }}"
+	labels["helm.sh/chart"] = "{{ include `fusebox.chart` . }}"
+
+	if kind(o) == "Deployment" {
+		if err := templateDeployment(o, defaults); err != nil {
+			return "", err
+		}
+	}
+	data, err := yaml.Marshal(o)
+	if err != nil {
+		return "", err
+	}
+	text := string(data)
+	text = strings.ReplaceAll(text, replicasToken, "{{ .Values.replicas }}")
+	text = resourcesLine.ReplaceAllStringFunc(text, func(line string) string {
+		indent := len(resourcesLine.FindStringSubmatch(line)[1])
+		return fmt.Sprintf("%sresources: {{- toYaml .Values.resources | nindent %d }}", strings.Repeat(" ", indent), indent+2)
+	})
+	if strings.Contains(text, "FUSEBOX_HELM_") {
+		return "", fmt.Errorf("%s: a placeholder was left in the template", key(src))
+	}
+	return "---\n" + text, nil
+}
+
+// templateDeployment puts the values on the manager's Deployment: image,
+// replicas, resources, leader election and secure metrics.
+func templateDeployment(o object, defaults *values) error {
+	spec, _ := o["spec"].(map[string]any)
+	podSpec, _ := nested(spec, "template", "spec").(map[string]any)
+	containers, _ := podSpec["containers"].([]any)
+	var c map[string]any
+	for _, x := range containers {
+		if m, _ := x.(map[string]any); m["name"] == managerContainer {
+			c = m
+		}
+	}
+	if c == nil {
+		return fmt.Errorf("%s: no container %q", key(o), managerContainer)
+	}
+	image, _ := c["image"].(string)
+	repo, tag, ok := strings.Cut(image, ":")
+	if !ok || strings.Contains(tag, "/") {
+		return fmt.Errorf("%s: image %q has no tag", key(o), image)
+	}
+	replicas, _ := spec["replicas"].(float64)
+	if !defaults.found {
+		*defaults = values{found: true, repository: repo, tag: tag, replicas: int64(replicas), resources: c["resources"], admissionPolicies: defaults.admissionPolicies}
+	}
+	c["image"] = "{{ include `fusebox.image` . }}"
+	c["imagePullPolicy"] = "{{ .Values.image.pullPolicy }}"
+	c["resources"] = resourcesToken
+	spec["replicas"] = replicasToken
+
+	args, _ := c["args"].([]any)
+	want := map[string]string{
+		"--leader-elect":   "--leader-elect={{ .Values.leaderElection.enabled }}",
+		"--metrics-secure": "--metrics-secure={{ .Values.metrics.secure }}",
+	}
+	for i, a := range args {
+		flag, _ := a.(string)
+		if t, ok := want[flag]; ok {
+			args[i] = t
+			delete(want, flag)
+		}
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("%s: the manager's args %v lack %v, which the chart's values set", key(o), args, keys(want))
+	}
+	return nil
+}
+
+func nested(m map[string]any, path ...string) any {
+	var cur any = m
+	for _, p := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[p]
+	}
+	return cur
+}
+
+func replaceStrings(v any, f func(string) string) any {
+	switch t := v.(type) {
+	case string:
+		return f(t)
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[f(k)] = replaceStrings(x, f)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = replaceStrings(x, f)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+func deepCopy(o object) (object, error) {
+	data, err := yaml.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	var out object
+	return out, yaml.Unmarshal(data, &out)
+}
+
+func keys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Write replaces dir's contents with the chart.
+func (c Chart) Write(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	for _, p := range c.Paths() {
+		path := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, c[p], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Paths lists the chart's files in a stable order.
+func (c Chart) Paths() []string {
+	out := make([]string, 0, len(c))
+	for p := range c {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// outcome is what rendering did for one breaker.
+type outcome struct {
+	breaker *resiliencev1alpha1.CircuitBreaker
+	err     error // why it could not be rendered, if it could not
+	changed bool  // its rendered config differs from the published one
+	// newGeneration: the published config is of another generation (or another object of
+	// that name), which is news; a new fleet verdict alone is not.
+	newGeneration bool
+}
+
+// configPlan is the ConfigMap data a namespace should have, and what that means for each
+// breaker.
+type configPlan struct {
+	data     map[string]string
+	outcomes []outcome
+}
+
+// planConfig renders every live breaker, with the fleet verdict its pods' reports make.
+// A breaker that cannot be rendered keeps whatever was published for it before, so one
+// bad object never takes a good config away from the pods; keys that belong to no breaker
+// are dropped.
+func planConfig(breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigMap, reports namespaceReports) configPlan {
+	var published map[string]string
+	if cm != nil {
+		published = cm.Data
+	}
+	plan := configPlan{data: map[string]string{}}
+	for i := range breakers {
+		cb := &breakers[i]
+		if !cb.DeletionTimestamp.IsZero() {
+			continue
+		}
+		key := breakerconfig.Key(cb.Name)
+		o := outcome{breaker: cb}
+		var verdict *breakerconfig.Verdict
+		if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
+			verdict = decideFleet(cb, reports.byBreaker[cb.Name]).verdict
+		}
+		c, err := render(cb, verdict)
+		if err == nil {
+			var doc []byte
+			doc, err = breakerconfig.Marshal(c)
+			if err == nil {
+				plan.data[key] = string(doc)
+				o.changed = published[key] != string(doc)
+				o.newGeneration = o.changed && !sameGeneration(published[key], c)
+			}
+		}
+		if err != nil {
+			o.err = err
+			if old, ok := published[key]; ok {
+				plan.data[key] = old
+			}
+		}
+		plan.outcomes = append(plan.outcomes, o)
+	}
+	return plan
+}
+
+// getConfigMap returns the namespace's published ConfigMap, or nil if there is none.
+// With no breakers in the namespace it trusts the cache alone: pod events reconcile every
+// namespace, and most namespaces have nothing of Fusebox's.
+func (r *CircuitBreakerReconciler) getConfigMap(ctx context.Context, namespace string, haveBreakers bool) (*corev1.ConfigMap, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: breakerconfig.ConfigMapName}
+	var cm corev1.ConfigMap
+	err := r.Get(ctx, key, &cm)
+	if apierrors.IsNotFound(err) && haveBreakers {
+		// The cache sees only labelled ConfigMaps; one whose label was edited away still
+		// exists and must be taken back rather than re-created.
+		err = r.APIReader.Get(ctx, key, &cm)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get ConfigMap %s: %w", key, err)
+	}
+	return &cm, nil
+}
+
+// publish makes the namespace's ConfigMap hold exactly data: created when the first
+// breaker appears, deleted with the last, updated only when it differs.
+func (r *CircuitBreakerReconciler) publish(ctx context.Context, namespace string, cm *corev1.ConfigMap, data map[string]string) error {
+	log := logf.FromContext(ctx)
+	switch {
+	case cm == nil && len(data) == 0:
+		return nil
+	case cm == nil:
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace,
+			Name:      breakerconfig.ConfigMapName,
+			Labels:    map[string]string{breakerconfig.ManagedByLabel: breakerconfig.ManagedByValue},
+		}, Data: data}
+		if err := r.Create(ctx, cm, client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("create ConfigMap %s/%s: %w", namespace, cm.Name, err)
+		}
+		log.Info("Created ConfigMap", "configMap", cm.Name, "breakers", len(data))
+		return nil
+	case len(data) == 0:
+		if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete ConfigMap %s/%s: %w", namespace, cm.Name, err)
+		}
+		log.Info("Deleted ConfigMap: no CircuitBreakers left", "configMap", cm.Name)
+		return nil
+	}
+	if maps.Equal(cm.Data, data) && cm.Labels[breakerconfig.ManagedByLabel] == breakerconfig.ManagedByValue && len(cm.BinaryData) == 0 {
+		return nil
+	}
+	updated := cm.DeepCopy()
+	updated.Data = data
+	updated.BinaryData = nil
+	if updated.Labels == nil {
+		updated.Labels = map[string]string{}
+	}
+	updated.Labels[breakerconfig.ManagedByLabel] = breakerconfig.ManagedByValue
+	// Update, not patch: the resourceVersion makes a concurrent hand edit conflict and
+	// come back through the queue instead of being half-merged.
+	if err := r.Update(ctx, updated, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("update ConfigMap %s/%s: %w", namespace, cm.Name, err)
+	}
+	log.Info("Updated ConfigMap", "configMap", cm.Name, "breakers", len(data))
+	return nil
+}
+
+// sameGeneration reports whether the published document renders the same generation of
+// the same CircuitBreaker as c.
+func sameGeneration(published string, c breakerconfig.Config) bool {
+	old, err := breakerconfig.Parse([]byte(published))
+	return err == nil && old.Generation == c.Generation && old.UID == c.UID
+}

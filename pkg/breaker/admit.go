@@ -1,0 +1,257 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"math"
+)
+
+// admitKind is how the call path may admit a call without taking the lock.
+type admitKind uint8
+
+const (
+	admitSlow      admitKind = iota // take the lock (half-open, MetricsOnly open, call observers)
+	admitClosed                     // admit, and record successes lock-free
+	admitOpenUntil                  // refuse until halfOpenAt, then take the lock to go half-open
+)
+
+// period is an immutable snapshot of what the call path needs about the current state
+// period. A new one is published on every transition and on every Update; a call keeps the
+// one it was admitted under, which is how a result from an earlier period is recognised.
+type period struct {
+	b     *Breaker
+	gen   uint64
+	state State
+	admit admitKind
+	// halfOpenAt is when, on the monotonic timeline, an open circuit goes half-open;
+	// MaxInt64 if never (ForcedOpen), which makes a forced-open circuit refuse on the same
+	// test as an open one.
+	halfOpenAt int64
+	reject     error // for admitOpenUntil
+	// done funcs handed out by Allow, built once per period so that Allow allocates nothing.
+	doneRecorded func(error)
+	doneIgnored  func(error)
+}
+
+func (p *period) finishRecorded(err error) { p.b.finish(ticket{p, true}, err, false) }
+func (p *period) finishIgnored(err error)  { p.b.finish(ticket{p, false}, err, false) }
+
+// ticket is an admitted call: the period it was admitted in, and whether its outcome is to
+// be recorded (it is not for a call MetricsOnly runs although Enforce would have refused it).
+type ticket struct {
+	p        *period
+	recorded bool
+}
+
+// publish makes the call path see the current state, mode and policy. Caller holds mu.
+func (b *Breaker) publish() {
+	p := &period{b: b, gen: b.gen, state: b.state, halfOpenAt: math.MaxInt64}
+	observed := len(b.callObs) > 0
+	if b.state == Open && b.policy.Mode != ModeForcedOpen {
+		p.halfOpenAt = addSat(b.sinceMono, int64(b.policy.OpenTimeout))
+	}
+	switch {
+	case observed:
+		p.admit = admitSlow
+	case b.state == Closed:
+		p.admit = admitClosed
+	case b.state == Open && b.policy.Mode == ModeForcedOpen:
+		p.admit, p.reject = admitOpenUntil, b.errForced
+	case b.state == Open && b.policy.Mode == ModeEnforce:
+		p.admit, p.reject = admitOpenUntil, b.errOpen
+	}
+	p.doneRecorded = p.finishRecorded
+	p.doneIgnored = p.finishIgnored
+	b.cur.Store(p)
+}
+
+// admit is the call path's one admission test, shared by Execute, Allow and Call: a closed
+// circuit admits and an open one refuses on one atomic load (and, when open, a clock
+// reading), without the lock; everything else takes the lock in admitSlow.
+func (b *Breaker) admit() (ticket, error) {
+	p := b.cur.Load()
+	switch p.admit {
+	case admitClosed:
+		return ticket{p, true}, nil
+	case admitOpenUntil:
+		if b.now() < p.halfOpenAt {
+			return ticket{}, p.reject
+		}
+	}
+	return b.admitSlow()
+}
+
+// Allow is the two-step form of Execute: it admits a call or refuses it, and the caller
+// reports the outcome with done(err) once the call has finished. done must be called
+// exactly once: a second call would count the outcome twice. When the call is refused, done
+// is nil and err matches ErrOpen. Allow allocates nothing.
+func (b *Breaker) Allow() (done func(err error), err error) {
+	t, err := b.admit()
+	switch {
+	case err != nil:
+		return nil, err
+	case t.recorded:
+		return t.p.doneRecorded, nil
+	}
+	return t.p.doneIgnored, nil
+}
+
+// Execute runs fn through the breaker: it returns an error matching ErrOpen without running
+// fn when the circuit refuses the call, and otherwise fn's own error, after recording the
+// outcome. ctx is only handed to fn. A panic in fn is recorded as a failure and continues up
+// the stack; runtime.Goexit in fn (t.FailNow in a test) is recorded as neither.
+func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) error {
+	t, err := b.admit()
+	if err != nil {
+		return err
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			// recover works only when called by the deferred function itself.
+			b.abandon(t, recover())
+		}
+	}()
+	err = fn(ctx)
+	completed = true
+	b.finish(t, err, false)
+	return err
+}
+
+// abandon records a protected function that did not return: a panic is a failure and is
+// re-raised; runtime.Goexit (recover finds nothing) is neither success nor failure.
+func (b *Breaker) abandon(t ticket, r any) {
+	if r == nil {
+		b.finishSlow(t, OutcomeIgnored, errGoexit, false)
+		return
+	}
+	b.finish(t, &PanicError{Value: r}, true)
+	panic(r)
+}
+
+var errGoexit = errors.New("breaker: protected function called runtime.Goexit")
+
+// PanicError is the failure recorded, and reported to observers, for a protected function
+// that panicked. The panic itself is re-raised, so callers never receive it as an error.
+type PanicError struct{ Value any }
+
+func (e *PanicError) Error() string { return "breaker: protected function panicked" }
+
+func (b *Breaker) admitSlow() (ticket, error) {
+	now := b.now()
+	var pend pending
+	b.mu.Lock()
+	b.advance(now, &pend)
+	p := b.cur.Load()
+	t := ticket{p: p}
+	reason := RejectNone
+	switch {
+	case b.state == Closed:
+		t.recorded = true
+	case b.policy.Mode == ModeForcedOpen:
+		reason = RejectForcedOpen
+	case b.state == HalfOpen && b.probesInFlight < b.policy.HalfOpenPermittedCalls:
+		b.probesInFlight++
+		b.awaitingProbe, b.lastProbeAt = true, now
+		t.recorded = true
+	case b.policy.Mode == ModeMetricsOnly:
+		// Enforce would refuse this call: it runs, and its outcome is not recorded.
+	case b.state == HalfOpen:
+		reason = RejectHalfOpenSaturated
+	default:
+		reason = RejectOpen
+	}
+	b.mu.Unlock()
+	b.deliver(&pend)
+	if reason != RejectNone {
+		err := b.rejectErr(reason)
+		for _, co := range b.callObs {
+			co.OnCallEnd(CallEvent{Breaker: b.name, Outcome: OutcomeRejected, Reason: reason, Initial: p.state, Final: p.state})
+		}
+		return ticket{}, err
+	}
+	for _, co := range b.callObs {
+		co.OnCallStart(b.name, p.state)
+	}
+	return t, nil
+}
+
+func (b *Breaker) rejectErr(r RejectReason) error {
+	switch r {
+	case RejectHalfOpenSaturated:
+		return b.errProbes
+	case RejectForcedOpen:
+		return b.errForced
+	}
+	return b.errOpen
+}
+
+// classify turns what the protected function returned into an outcome (§5.6).
+func (b *Breaker) classify(err error, panicked bool) Outcome {
+	switch {
+	case panicked:
+		return OutcomeFailure
+	case err == nil:
+		return OutcomeSuccess
+	case b.isFailure(err):
+		return OutcomeFailure
+	case errors.Is(err, context.Canceled):
+		return OutcomeIgnored
+	}
+	return OutcomeSuccess
+}
+
+// finish records the outcome of an admitted call and reports whether it was a failure by the
+// classifier (whether or not it was recorded: Call's fallback depends on the call, not on
+// the circuit).
+func (b *Breaker) finish(t ticket, err error, panicked bool) bool {
+	if err == nil && !panicked && t.recorded && t.p.admit == admitClosed && b.recordSuccessFast(t.p) {
+		return false
+	}
+	return b.finishClassified(t, err, panicked)
+}
+
+func (b *Breaker) finishClassified(t ticket, err error, panicked bool) bool {
+	o := b.classify(err, panicked)
+	b.finishSlow(t, o, err, panicked)
+	return o == OutcomeFailure
+}
+
+// recordSuccessFast counts a success admitted while closed without taking the lock, and
+// reports whether it did (or found the result stale, which needs nothing done). It is only
+// used where no CallObserver is set.
+func (b *Breaker) recordSuccessFast(p *period) bool {
+	bk := b.bucket.Load()
+	if bk.gen != p.gen {
+		// Buckets are replaced on every transition: the call belongs to an earlier period.
+		return true
+	}
+	now := b.now()
+	return now >= bk.start && now < bk.end && bk.addFast()
+}
+
+func (b *Breaker) finishSlow(t ticket, o Outcome, err error, panicked bool) {
+	final := t.p.state
+	recordedAs := OutcomeIgnored
+	var pend pending
+	if t.recorded && (o != OutcomeIgnored || t.p.state == HalfOpen) {
+		now := b.now()
+		b.mu.Lock()
+		if t.p.state == HalfOpen && b.state == HalfOpen {
+			// A probe that reports after its half-open period timed out is stale, even
+			// when nothing noticed the time-out before it reported.
+			b.advance(now, &pend)
+		}
+		if t.p.gen == b.gen {
+			recordedAs = b.record(now, o, err, &pend)
+		}
+		final = b.state
+		b.mu.Unlock()
+		b.deliver(&pend)
+	} else if len(b.callObs) > 0 {
+		final = b.cur.Load().state
+	}
+	for _, co := range b.callObs {
+		co.OnCallEnd(CallEvent{Breaker: b.name, Outcome: recordedAs, Initial: t.p.state, Final: final, Err: err, Panicked: panicked})
+	}
+}

@@ -1,0 +1,73 @@
+package breakerconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// The BreakerReport resource: one per pod, named after the pod and owned by it,
+// listing every breaker the pod runs (DESIGN §7).
+const (
+	ReportKind     = "BreakerReport"
+	ReportResource = "breakerreports"
+)
+
+// Bounds of a report entry, the same the BreakerReport schema enforces.
+const (
+	MaxReportEntries   = 1000
+	MaxConfigErrorSize = 1024
+)
+
+// ReportEntry is one breaker's line in a pod's BreakerReport. Field order is the
+// order on the wire. The API type (api/v1alpha1.BreakerReportEntry) spells the
+// same fields for the operator; a test holds the two together.
+type ReportEntry struct {
+	// Name is the breaker's (and its CircuitBreaker's) name.
+	Name string `json:"name"`
+	// State is StateClosed, StateOpen or StateHalfOpen.
+	State string `json:"state"`
+	// Since is when the breaker reached State, written to the millisecond.
+	Since Time `json:"since"`
+	// Reason is how it got there: one of the Reason constants.
+	Reason string `json:"reason"`
+	// Calls and FailureRatePercent describe the window at the transition into
+	// State; both are left out when the transition carried no calls.
+	Calls              *int64 `json:"calls,omitempty"`
+	FailureRatePercent *int32 `json:"failureRatePercent,omitempty"`
+	// ConfigGeneration is the generation of the config the pod runs for it.
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+	// ConfigError says why the pod refused the latest published config.
+	ConfigError string `json:"configError,omitempty"`
+}
+
+// Time is a timestamp written in RFC 3339 with exactly three fractional digits,
+// so that equal times are equal strings and a fleet's shared open period does
+// not move by up to a second on every pod that adopts it (whole seconds, as
+// Kubernetes writes its own times, would).
+type Time struct{ time.Time }
+
+// TimeFormat is how Time is written.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// NewTime returns t cut to what the wire keeps: UTC milliseconds.
+func NewTime(t time.Time) Time { return Time{t.UTC().Truncate(time.Millisecond)} }
+
+// MarshalJSON writes t in TimeFormat.
+func (t Time) MarshalJSON() ([]byte, error) {
+	return json.Marshal(t.UTC().Format(TimeFormat))
+}
+
+// UnmarshalJSON reads any RFC 3339 time.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want an RFC 3339 time string, got %s", b)
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return err
+	}
+	t.Time = v
+	return nil
+}

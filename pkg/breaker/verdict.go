@@ -1,0 +1,107 @@
+package breaker
+
+import "time"
+
+// Verdict is what processes share about a breaker: its state and when that was reached,
+// never its counters (§5.10). Not even the half-open probe successes: each process needs
+// SuccessThreshold successes of its own, and the first to get them closes the circuit for
+// all with a Closed verdict.
+type Verdict struct {
+	State State
+	Since time.Time // when State was reached; for Open, the start of the open period
+}
+
+// Verdict returns the breaker's state and when it was reached, first applying the moves
+// time alone makes (open → half-open, and half-open → open over leaked probes), as State
+// does.
+func (b *Breaker) Verdict() Verdict {
+	var pend pending
+	b.mu.Lock()
+	b.advance(b.now(), &pend)
+	v := Verdict{State: b.state, Since: time.Unix(0, b.since)}
+	b.mu.Unlock()
+	b.deliver(&pend)
+	return v
+}
+
+// Adopt applies a verdict reached elsewhere (another process, the fleet), keeping the
+// window's tallies, and reports whether the state changed:
+//
+//   - Open: the circuit is open, its open period starting at v.Since, from any state; if it
+//     is already open, v.Since replaces the local start (and the state does not change). It
+//     goes half-open by itself OpenTimeout after v.Since, with its own local probe cap.
+//   - HalfOpen: from Open only, moves to half-open, where it probes with its own cap and
+//     counts its own probe successes from zero.
+//   - Closed: from Open or HalfOpen, closes, clearing the window, unless v.Since is
+//     earlier than the start of the local open period (a verdict about an older outage).
+//     A circuit that went half-open by its own timeout after the verdict was reached
+//     still closes: the verdict concluded this open period.
+//
+// An Open or HalfOpen verdict from before the local state was reached (v.Since earlier
+// than the local transition) is stale and ignored, so a late or repeated delivery cannot
+// undo a newer local decision: a circuit that went half-open or closed by itself is not
+// sent back to an open period that already ended. Under ModeForcedOpen or ModeForcedClosed the mode wins and
+// Adopt does nothing. An identical verdict is a no-op. A transition Adopt causes is
+// delivered to observers with Cause CauseAdopted, so that stores do not echo it back. A zero
+// v.Since means now, and so does a v.Since later than this process's now (§5.12): a clock
+// that runs ahead elsewhere must not hold this circuit open past OpenTimeout. Such a
+// verdict never re-times an open period already running, or every repeated delivery would
+// restart it.
+func (b *Breaker) Adopt(v Verdict) bool {
+	var pend pending
+	b.mu.Lock()
+	changed := b.adopt(v, &pend)
+	b.mu.Unlock()
+	b.deliver(&pend)
+	return changed
+}
+
+func (b *Breaker) adopt(v Verdict, pend *pending) bool {
+	if m := b.policy.Mode; m == ModeForcedOpen || m == ModeForcedClosed {
+		return false
+	}
+	now := b.now()
+	// The verdict's Since is wall-clock time; the open period it starts is timed on the
+	// monotonic timeline, placed as long before now as the wall clock says it was.
+	since := b.exactInstant()
+	future := false
+	if !v.Since.IsZero() {
+		if w := v.Since.UnixNano(); w <= since.wall {
+			since = since.back(w)
+		} else {
+			future = true
+		}
+	}
+	stale := b.changed && since.wall < b.since
+	switch v.State {
+	case Open:
+		if b.state == Open {
+			if !future && since.wall != b.since {
+				b.since, b.sinceMono, b.openedAt = since.wall, since.mono, since.wall
+				b.publish()
+			}
+			return false
+		}
+		if stale {
+			return false
+		}
+		b.openNow(CauseAdopted, since, now, pend)
+	case HalfOpen:
+		if b.state != Open || stale {
+			return false
+		}
+		b.transition(HalfOpen, CauseAdopted, b.openTally, nil, since, now, pend)
+	case Closed:
+		// A closed verdict ends every open period that started before it. It is
+		// judged against when this circuit opened, not when it went half-open:
+		// a pod whose own timeout moved it to half-open after the fleet closed
+		// would otherwise wait for traffic to learn what the fleet knows.
+		if b.state == Closed || b.changed && since.wall < b.openedAt {
+			return false
+		}
+		b.transition(Closed, CauseAdopted, b.counts(now), nil, since, now, pend)
+	default:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,508 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+)
+
+// row is one line of the results table.
+type row struct {
+	scenario, target, measured, meets, notes string
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+// TestFleet is `make bench-fleet`. See the package documentation.
+func TestFleet(t *testing.T) {
+	if os.Getenv("FLEET_BENCH") != "1" {
+		t.Skip("SKIPPED — FLEET BENCHMARK NOT RUN: it starts an API server, the manager binary and " +
+			"500 in-process pods for up to half an hour. Run it with `make bench-fleet` " +
+			"(FLEET_BENCH=1; FLEET_PODS=100 for a smaller fleet).")
+	}
+	s, err := loadSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, s)
+	var rows []row
+	defer func() { h.report(rows) }()
+
+	rows = append(rows, h.startFleet()...)
+	rows = append(rows, h.steadyState())
+	rows = append(rows, h.specChanges())
+	rows = append(rows, h.tripCycles()...)
+	rows = append(rows, h.manyBreakers()...)
+	rows = append(rows, h.bystanders()...)
+}
+
+// startFleet creates the pods and the breaker, then starts every agent at
+// once and times them until the CircuitBreaker counts them all.
+func (h *harness) startFleet() []row {
+	n := h.s.pods
+	logf("creating %d pods", n)
+	t0 := time.Now()
+	h.createPods(n)
+	logf("%d pods created in %s", n, fmtDur(time.Since(t0)))
+	if err := h.createBreaker(mainBreaker); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.waitPublished([]string{mainBreaker}, time.Now().Add(h.s.waitCap)); err != nil {
+		h.t.Fatalf("the operator did not publish %s: %v", mainBreaker, err)
+	}
+	h.settle("creating the breaker")
+
+	before, api0 := h.tr.snapshot(), h.apiWrites()
+	logf("starting %d agents", n)
+	start := time.Now()
+	h.startAgents(mainBreaker)
+	startedIn := time.Since(start)
+	got, ok := h.tr.waitFor(h.ctx, mainBreaker, start, start.Add(h.s.waitCap), func(o *unstructured.Unstructured) bool {
+		return memberCount(o, "reporting") == int64(n)
+	})
+	r := row{scenario: fmt.Sprintf("%d starting pods → `memberCounts.reporting == %d`", n, n), target: "reported", meets: "—"}
+	if ok {
+		r.measured = fmtDur(got.at.Sub(start))
+	} else {
+		r.measured = fmt.Sprintf("> %s, not reached (reporting %d)", fmtDur(h.s.waitCap), memberCount(orEmpty(got.obj), "reporting"))
+	}
+	writes := h.tr.snapshot().minus(before)
+	r.notes = fmt.Sprintf("agents started in %s; writes until then: %s; API server: %s", fmtDur(startedIn), writes, h.apiWrites().minus(api0))
+	logf("start: %s (%s)", r.measured, r.notes)
+	return []row{r}
+}
+
+// steadyState counts every write while nothing happens.
+func (h *harness) steadyState() row {
+	note := h.settle("the start")
+	before, pw := h.tr.snapshot(), h.podWrites.Load()
+	logf("steady state: watching for %s", h.s.steady)
+	select {
+	case <-time.After(h.s.steady):
+	case <-h.ctx.Done():
+	}
+	d := h.tr.snapshot().minus(before)
+	r := row{
+		scenario: fmt.Sprintf("steady state, %s with nothing happening: writes (%s)", fmtDur(h.s.steady), strings.Join(h.kinds, ", ")),
+		target:   "0",
+		measured: fmt.Sprint(d.total()),
+		meets:    yesNo(d.total() == 0),
+		notes:    fmt.Sprintf("%s; pod-side writes %d; before it: %s", d, h.podWrites.Load()-pw, note),
+	}
+	logf("steady: %s (%s)", r.measured, r.notes)
+	return r
+}
+
+// specChanges changes failureRatePercent and times, per pod, until its breaker
+// runs the new policy.
+func (h *harness) specChanges() row {
+	n := h.s.pods
+	var perPod, all []time.Duration
+	missed, reached := 0, 0
+	current := int64(50)
+	var lastWrites counts
+	for i := range h.s.specSamples {
+		percent := int64(20 + (i*13)%60)
+		if percent == current {
+			percent++
+		}
+		current = percent
+		want := float64(percent) / 100
+		brs := make([]*breaker.Breaker, n)
+		for j, p := range h.pods {
+			brs[j] = p.breaker(mainBreaker)
+		}
+		seen := make([]bool, n)
+		left := n
+		before := h.tr.snapshot()
+		start := time.Now()
+		if err := h.patchSpec(mainBreaker, fmt.Sprintf(`{"spec":{"failureRatePercent":%d}}`, percent)); err != nil {
+			h.t.Fatal(err)
+		}
+		deadline := start.Add(h.s.waitCap)
+		for left > 0 && time.Now().Before(deadline) && h.ctx.Err() == nil {
+			for j, b := range brs {
+				if !seen[j] && math.Abs(b.Policy().FailureRatio-want) < 1e-9 {
+					seen[j] = true
+					left--
+					perPod = append(perPod, time.Since(start))
+				}
+			}
+			if left > 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if left == 0 {
+			reached++
+			all = append(all, time.Since(start))
+		}
+		missed += left
+		logf("spec change %d/%d (failureRatePercent %d): %d of %d pods in %s", i+1, h.s.specSamples, percent, n-left, n, fmtDur(time.Since(start)))
+		h.settle("a spec change")
+		lastWrites = h.tr.snapshot().minus(before)
+	}
+	r := row{
+		scenario: "spec change (`failureRatePercent`) → every pod's breaker `Policy()` shows it",
+		target:   "p99 ≤ 2 s at N=500",
+	}
+	p99 := percentile(perPod, 0.99)
+	r.measured = fmt.Sprintf("per pod p50 %s, p99 %s", fmtDur(percentile(perPod, 0.5)), fmtDur(p99))
+	if missed > 0 {
+		r.measured += fmt.Sprintf("; %d pod-samples > %s, not reached", missed, fmtDur(h.s.waitCap))
+	}
+	r.meets = yesNo(missed == 0 && p99 <= 2*time.Second)
+	r.notes = fmt.Sprintf("%d changes × %d pods; all pods: p50 %s, max %s (%d of %d changes reached every pod); writes per change incl. the pods' reports (last one): %s",
+		h.s.specSamples, n, fmtDur(percentile(all, 0.5)), fmtDur(percentile(all, 1)), reached, h.s.specSamples, lastWrites)
+	return r
+}
+
+// cycle is one trip/recover sample.
+type cycle struct {
+	openCond, allOpen, recovered          time.Duration
+	openCondOK, allOpenOK, recoveredOK    bool
+	burstWrites, recoverWrites            int64
+	size, managedSize, managers           int
+	operatorRequests, operatorConflicts   float64
+	tripSpread, closeSpread               time.Duration
+	partialOpen, partialClosed, localOpen string
+	apiBurst, apiRecovery                 apiWrites
+}
+
+// tripCycles trips every pod's breaker at once, times the CircuitBreaker's
+// Open condition and its open count, then lets the open timeout pass, closes
+// every pod with a successful probe and times the count back to all closed.
+func (h *harness) tripCycles() []row {
+	n := int64(h.s.pods)
+	var cycles []cycle
+	for c := range h.s.cycles {
+		if s := h.tr.breaker(mainBreaker); s.obj == nil || memberCount(s.obj, "closed") != n || condition(s.obj, "Open") != "False" {
+			logf("cycle %d: waiting for the breaker to be all closed first (%s)", c+1, describe(orEmpty(s.obj)))
+			if _, ok := h.tr.waitFor(h.ctx, mainBreaker, time.Time{}, time.Now().Add(h.s.waitCap), func(o *unstructured.Unstructured) bool {
+				return memberCount(o, "closed") == n && condition(o, "Open") == "False"
+			}); !ok {
+				logf("cycle %d: not all closed within %s; measuring anyway", c+1, h.s.waitCap)
+			}
+		}
+		cycles = append(cycles, h.tripCycle(c))
+		h.settle("a trip/recover cycle")
+	}
+
+	var openCond, allOpen, recovered []time.Duration
+	var missOpen, missAll, missRec int
+	var maxWrites int64
+	var writes, recWrites, sizes, requests []string
+	maxSize, maxManaged, managers := 0, 0, 0
+	for _, c := range cycles {
+		if c.openCondOK {
+			openCond = append(openCond, c.openCond)
+		} else {
+			missOpen++
+		}
+		if c.allOpenOK {
+			allOpen = append(allOpen, c.allOpen)
+		} else {
+			missAll++
+		}
+		if c.recoveredOK {
+			recovered = append(recovered, c.recovered)
+		} else {
+			missRec++
+		}
+		maxWrites = max(maxWrites, c.burstWrites)
+		writes = append(writes, fmt.Sprint(c.burstWrites))
+		recWrites = append(recWrites, fmt.Sprint(c.recoverWrites))
+		sizes = append(sizes, kib(c.size))
+		requests = append(requests, fmt.Sprintf("%.0f (409: %.0f)", c.operatorRequests, c.operatorConflicts))
+		if c.size > maxSize {
+			maxSize, maxManaged, managers = c.size, c.managedSize, c.managers
+		}
+	}
+	k := len(cycles)
+	dist := func(ds []time.Duration, miss int, partial func(cycle) string) string {
+		out := "—"
+		if len(ds) > 0 {
+			out = fmt.Sprintf("p50 %s, p99 %s", fmtDur(percentile(ds, 0.5)), fmtDur(percentile(ds, 0.99)))
+		}
+		if miss > 0 {
+			var parts []string
+			for _, c := range cycles {
+				if p := partial(c); p != "" {
+					parts = append(parts, p)
+				}
+			}
+			out += fmt.Sprintf("; %d of %d > %s, not reached (%s)", miss, k, fmtDur(h.s.waitCap), strings.Join(parts, "; "))
+		}
+		return out
+	}
+	samples := fmt.Sprintf("%d cycles (p99 of so few samples is their maximum)", k)
+	var spreads []string
+	for _, c := range cycles {
+		spreads = append(spreads, fmtDur(c.tripSpread))
+	}
+	rows := []row{
+		{
+			scenario: "every pod trips at once → `Open=True` on the CircuitBreaker",
+			target:   "p99 ≤ 1 s",
+			measured: dist(openCond, missOpen, func(c cycle) string {
+				if c.openCondOK {
+					return ""
+				}
+				return c.partialOpen
+			}),
+			meets: yesNo(missOpen == 0 && percentile(openCond, 0.99) <= time.Second),
+			notes: samples + "; all Trip() calls within " + strings.Join(spreads, ", "),
+		},
+		{
+			scenario: fmt.Sprintf("every pod trips at once → `memberCounts.open == %d`", n),
+			target:   "≤ 5 s at N=500",
+			measured: dist(allOpen, missAll, func(c cycle) string {
+				if c.allOpenOK {
+					return ""
+				}
+				return c.partialOpen
+			}),
+			meets: yesNo(missAll == 0 && percentile(allOpen, 1) <= 5*time.Second),
+			notes: samples,
+		},
+		{
+			scenario: "CircuitBreaker writes (watch events on it) during that burst",
+			target:   "≤ 20, whatever N",
+			measured: fmt.Sprintf("max %d", maxWrites),
+			meets:    yesNo(maxWrites <= 20 && missAll == 0),
+			notes: "per cycle, until open == N or the cap: " + strings.Join(writes, ", ") + "; operator API requests during the burst: " + strings.Join(requests, ", ") +
+				"; API server, last burst: " + cycles[k-1].apiBurst.String(),
+		},
+		{
+			scenario: "CircuitBreaker size, managedFields included (GET as JSON) after the burst",
+			target:   "≤ 64 KiB",
+			measured: kib(maxSize),
+			meets:    yesNo(maxSize > 0 && maxSize <= 64<<10),
+			notes:    fmt.Sprintf("managedFields %s in %d entries; per cycle: %s", kib(maxManaged), managers, strings.Join(sizes, ", ")),
+		},
+		{
+			scenario: fmt.Sprintf("recovery: every pod closes again → `memberCounts.closed == %d` and `Open=False`", n),
+			target:   "reported",
+			measured: dist(recovered, missRec, func(c cycle) string {
+				if c.recoveredOK {
+					return ""
+				}
+				return c.partialClosed
+			}),
+			meets: "—",
+			notes: samples + "; timed from the first probe, after openTimeout 1 s; CircuitBreaker writes: " + strings.Join(recWrites, ", ") +
+				"; API server, last recovery: " + cycles[k-1].apiRecovery.String(),
+		},
+	}
+	return rows
+}
+
+func (h *harness) tripCycle(c int) cycle {
+	n := int64(h.s.pods)
+	var out cycle
+	brs := make([]*breaker.Breaker, len(h.pods))
+	for i, p := range h.pods {
+		brs[i] = p.breaker(mainBreaker)
+	}
+	seq0 := h.tr.breaker(mainBreaker).seq
+	m0, _ := h.mgr.scrape(h.ctx)
+	api0 := h.apiWrites()
+
+	start := time.Now()
+	for _, b := range brs {
+		b.Trip()
+	}
+	out.tripSpread = time.Since(start)
+	tripped := start.Add(out.tripSpread)
+	deadline := start.Add(h.s.waitCap)
+
+	got, ok := h.tr.waitFor(h.ctx, mainBreaker, start, deadline, func(o *unstructured.Unstructured) bool {
+		return condition(o, "Open") == "True"
+	})
+	out.openCond, out.openCondOK = got.at.Sub(start), ok
+	got, ok = h.tr.waitFor(h.ctx, mainBreaker, start, deadline, func(o *unstructured.Unstructured) bool {
+		return memberCount(o, "open") == n
+	})
+	out.allOpen, out.allOpenOK = got.at.Sub(start), ok
+	out.burstWrites = got.seq - seq0
+	if !ok {
+		out.partialOpen = fmt.Sprintf("open %d of %d, Open=%s", memberCount(orEmpty(got.obj), "open"), n, condition(orEmpty(got.obj), "Open"))
+	}
+	out.apiBurst = h.apiWrites().minus(api0)
+	if m1, err := h.mgr.scrape(h.ctx); err == nil {
+		out.operatorRequests, out.operatorConflicts = m1.requests-m0.requests, m1.conflicts-m0.conflicts
+	}
+	var err error
+	if out.size, out.managedSize, out.managers, err = h.objectSize(mainBreaker); err != nil {
+		logf("cycle %d: size: %v", c+1, err)
+	}
+	logf("cycle %d/%d trip: Open=True %s (%v), open==%d %s (%v), %d CircuitBreaker writes, %s",
+		c+1, h.s.cycles, fmtDur(out.openCond), out.openCondOK, n, fmtDur(out.allOpen), out.allOpenOK, out.burstWrites, kib(out.size))
+
+	// Recovery: once the open timeout (1 s) has passed, one successful probe
+	// closes each pod's circuit (successThreshold 1).
+	if wait := time.Until(tripped.Add(time.Second + 50*time.Millisecond)); wait > 0 {
+		time.Sleep(wait)
+	}
+	seq1 := h.tr.breaker(mainBreaker).seq
+	api1 := h.apiWrites()
+	rstart := time.Now()
+	rdeadline := rstart.Add(h.s.waitCap)
+	stillOpen := 0
+	for _, b := range brs {
+		for {
+			err := b.Execute(h.ctx, func(context.Context) error { return nil })
+			if err == nil {
+				break
+			}
+			if time.Now().After(rdeadline) {
+				stillOpen++
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	out.closeSpread = time.Since(rstart)
+	got, ok = h.tr.waitFor(h.ctx, mainBreaker, rstart, rdeadline, func(o *unstructured.Unstructured) bool {
+		return memberCount(o, "closed") == n && condition(o, "Open") == "False"
+	})
+	out.recovered, out.recoveredOK = got.at.Sub(rstart), ok && stillOpen == 0
+	out.recoverWrites = got.seq - seq1
+	out.apiRecovery = h.apiWrites().minus(api1)
+	if !out.recoveredOK {
+		out.partialClosed = fmt.Sprintf("closed %d of %d, Open=%s, %d pods would not close locally",
+			memberCount(orEmpty(got.obj), "closed"), n, condition(orEmpty(got.obj), "Open"), stillOpen)
+	}
+	if out.recoveredOK {
+		logf("cycle %d/%d recovery: %s (probes took %s), %d CircuitBreaker writes",
+			c+1, h.s.cycles, fmtDur(out.recovered), fmtDur(out.closeSpread), out.recoverWrites)
+	} else {
+		logf("cycle %d/%d recovery: not reached (%s)", c+1, h.s.cycles, out.partialClosed)
+	}
+	return out
+}
+
+// manyBreakers adds CircuitBreakers up to FLEET_BREAKERS, has every pod use
+// them all, and reads the operator's heap once they are all reported.
+func (h *harness) manyBreakers() []row {
+	n, b := h.s.pods, h.s.breakers
+	names := []string{mainBreaker}
+	for i := 1; i < b; i++ {
+		names = append(names, fmt.Sprintf("%s-%d", mainBreaker, i))
+	}
+	r := row{
+		scenario: fmt.Sprintf("operator heap at N=%d × %d breakers (`go_memstats_heap_inuse_bytes`)", n, b),
+		target:   "reported; ≤ 256 MiB",
+	}
+	for _, name := range names[1:] {
+		if err := h.createBreaker(name); err != nil {
+			r.measured = "error: " + err.Error()
+			return []row{r}
+		}
+	}
+	if err := h.waitPublished(names, time.Now().Add(h.s.waitCap)); err != nil {
+		r.measured = "not published: " + err.Error()
+		return []row{r}
+	}
+	h.resetPhasePeak()
+	api0 := h.apiWrites()
+	start := time.Now()
+	for _, p := range h.pods {
+		for _, name := range names {
+			p.breaker(name)
+		}
+	}
+	deadline := start.Add(h.s.waitCap)
+	var behind []string
+	for _, name := range names {
+		got, ok := h.tr.waitFor(h.ctx, name, time.Time{}, deadline, func(o *unstructured.Unstructured) bool {
+			return memberCount(o, "reporting") == int64(n)
+		})
+		if !ok {
+			behind = append(behind, fmt.Sprintf("%s %d", name, memberCount(orEmpty(got.obj), "reporting")))
+		}
+	}
+	reportedIn := time.Since(start)
+	note := h.settle("adding breakers")
+	m, err := h.mgr.scrape(h.ctx)
+	runPeak, phasePeak := h.peaks()
+	if err != nil {
+		r.measured = "error: " + err.Error()
+		return []row{r}
+	}
+	phasePeak = max(phasePeak, m.heapInuse)
+	r.measured = fmt.Sprintf("%s after, peak %s", mib(m.heapInuse), mib(phasePeak))
+	r.meets = yesNo(phasePeak <= 256<<20)
+	if len(behind) == 0 {
+		r.notes = fmt.Sprintf("every pod reported all %d breakers %s after using them", b, fmtDur(reportedIn))
+	} else {
+		r.notes = fmt.Sprintf("> %s, not every pod reported: reporting %s", fmtDur(h.s.waitCap), strings.Join(behind, ", "))
+	}
+	r.notes += fmt.Sprintf("; heap_alloc %s; %s; peak of the whole run %s; API server: %s", mib(m.heapAlloc), note, mib(runPeak), h.apiWrites().minus(api0))
+	logf("heap: %s (%s)", r.measured, r.notes)
+	return []row{r}
+}
+
+func orEmpty(o *unstructured.Unstructured) *unstructured.Unstructured {
+	if o == nil {
+		return &unstructured.Unstructured{Object: map[string]any{}}
+	}
+	return o
+}
+
+// report prints the table, and writes it to FLEET_OUT when set.
+func (h *harness) report(rows []row) {
+	var b strings.Builder
+	commit := "unknown"
+	if out, err := exec.Command("git", "-C", repoRoot, "log", "-1", "--format=%h %s").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("git", "-C", repoRoot, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
+		commit += " (with uncommitted changes)"
+	}
+	kinds := strings.Join(h.kinds, ", ")
+	fmt.Fprintf(&b, "Fleet benchmark, N=%d pods (make bench-fleet)\n\n", h.s.pods)
+	if why := h.abortReason(); why != "" {
+		fmt.Fprintf(&b, "- **ABORTED**: %s; the steps after that are missing or partial\n", why)
+	}
+	fmt.Fprintf(&b, "- commit: %s\n", commit)
+	fmt.Fprintf(&b, "- run: %s, %s; %d CPUs (GOMAXPROCS %d), %s\n", h.started.UTC().Format(time.RFC3339), fmtDur(time.Since(h.started)), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintf(&b, "- load: at start `%s`; at end `%s`\n", h.startUptime, uptime())
+	fmt.Fprintf(&b, "- command: `make bench-fleet FLEET_PODS=%d FLEET_CYCLES=%d FLEET_SPEC_SAMPLES=%d FLEET_BREAKERS=%d FLEET_WAIT_CAP=%s FLEET_SETTLE_CAP=%s FLEET_STEADY=%s FLEET_CLUSTER_PODS=%d`\n",
+		h.s.pods, h.s.cycles, h.s.specSamples, h.s.breakers, h.s.waitCap, h.s.settleCap, h.s.steady, h.s.clusterPods)
+	if h.mgr != nil {
+		fmt.Fprintf(&b, "- operator: the manager binary as a separate process, `%s`\n", strings.Join(h.mgr.args, " "))
+	}
+	fmt.Fprintf(&b, "- writes counted from watch events (ADDED/MODIFIED/DELETED) in the namespace: %s\n", kinds)
+	fmt.Fprintf(&b, "- pods' own API writes (client side, whole run): %d, of which %d failed\n\n", h.podWrites.Load(), h.podWriteErrors.Load())
+	b.WriteString("| scenario | target | measured | meets | notes |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.scenario, r.target, r.measured, r.meets, r.notes)
+	}
+	fmt.Println()
+	fmt.Print(b.String())
+	if why := h.abortReason(); why != "" {
+		h.t.Errorf("aborted: %s", why)
+	}
+	if h.s.out != "" {
+		if err := os.WriteFile(h.s.out, []byte(b.String()), 0o644); err != nil {
+			logf("write %s: %v", h.s.out, err)
+		} else {
+			logf("table written to %s", h.s.out)
+		}
+	}
+}

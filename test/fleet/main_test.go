@@ -1,0 +1,89 @@
+// Package fleet is the fleet-scale benchmark of the loop of DESIGN.md §2
+// (`make bench-fleet`): N in-process application pods (500 by default) and the
+// operator as it runs in production — the real manager binary, a separate OS
+// process — against an envtest API server. It measures how long a fleet-wide
+// trip, a recovery, a fleet's start and a spec change take to show, how many
+// writes they cost, how big the CircuitBreaker grows, and the operator's heap,
+// and prints one markdown table (also written to $FLEET_OUT when set).
+//
+// It is design-agnostic: it talks only to CircuitBreaker objects (spec,
+// status.conditions, status.memberCounts, status.state), Pods, ConfigMaps,
+// BreakerReports when the API server serves them, and in-process agents
+// through kube.StartAgent and their breakers. It never reads status.members.
+//
+// Every wait is capped. The run stops itself, the API server first, when the
+// machine has less than max(2 GiB, 10%) of its memory available: at N=500 on a
+// design where every pod writes one object, the envtest API server grew past
+// 23 GB (docs/benchmarks.md).
+//
+// It runs only with FLEET_BENCH=1, so `make test` skips it. Knobs (environment):
+//
+//	FLEET_PODS          pods (default 500)
+//	FLEET_BREAKERS      CircuitBreakers in the heap scenario (default 10)
+//	FLEET_CYCLES        trip/recover cycles (default 5)
+//	FLEET_SPEC_SAMPLES  spec changes (default 5)
+//	FLEET_WAIT_CAP      cap of every measured wait (default 5m)
+//	FLEET_SETTLE_CAP    cap of every wait for quiet between steps (default FLEET_WAIT_CAP)
+//	FLEET_STEADY        length of the steady-state window (default 30s)
+//	FLEET_CLUSTER_PODS  pods that use no breaker, created last, to weigh the operator's pod cache (default 0: not run)
+//	FLEET_MANAGER       manager binary (default: go build ./cmd/manager into a temp dir)
+//	FLEET_MANAGER_LOG   file for the manager's log (default: a temp file, removed)
+//	FLEET_OUT           file to write the markdown table to
+package fleet
+
+import (
+	"os"
+	"strconv"
+	"time"
+)
+
+// settings are the benchmark's knobs, read from the environment.
+type settings struct {
+	pods, breakers, cycles, specSamples int
+	clusterPods                         int
+	waitCap, settleCap, steady          time.Duration
+	manager, managerLog, out            string
+}
+
+func loadSettings() (settings, error) {
+	s := settings{
+		pods:        500,
+		breakers:    10,
+		cycles:      5,
+		specSamples: 5,
+		waitCap:     5 * time.Minute,
+		steady:      30 * time.Second,
+		manager:     os.Getenv("FLEET_MANAGER"),
+		managerLog:  os.Getenv("FLEET_MANAGER_LOG"),
+		out:         os.Getenv("FLEET_OUT"),
+	}
+	for _, v := range []struct {
+		env string
+		dst *int
+	}{{"FLEET_PODS", &s.pods}, {"FLEET_BREAKERS", &s.breakers}, {"FLEET_CYCLES", &s.cycles}, {"FLEET_SPEC_SAMPLES", &s.specSamples}, {"FLEET_CLUSTER_PODS", &s.clusterPods}} {
+		if e := os.Getenv(v.env); e != "" {
+			n, err := strconv.Atoi(e)
+			if err != nil || n < 0 || n == 0 && v.env != "FLEET_CLUSTER_PODS" {
+				return s, errorf("%s=%q: want a positive integer", v.env, e)
+			}
+			*v.dst = n
+		}
+	}
+	s.settleCap = s.waitCap
+	for _, v := range []struct {
+		env string
+		dst *time.Duration
+	}{{"FLEET_WAIT_CAP", &s.waitCap}, {"FLEET_SETTLE_CAP", &s.settleCap}, {"FLEET_STEADY", &s.steady}} {
+		if e := os.Getenv(v.env); e != "" {
+			d, err := time.ParseDuration(e)
+			if err != nil || d <= 0 {
+				return s, errorf("%s=%q: want a positive duration such as 3m", v.env, e)
+			}
+			*v.dst = d
+			if v.env == "FLEET_WAIT_CAP" && os.Getenv("FLEET_SETTLE_CAP") == "" {
+				s.settleCap = d
+			}
+		}
+	}
+	return s, nil
+}
