@@ -173,14 +173,14 @@ func (h *harness) specChanges() row {
 
 // cycle is one trip/recover sample.
 type cycle struct {
-	openCond, allOpen, recovered          time.Duration
-	openCondOK, allOpenOK, recoveredOK    bool
-	burstWrites, recoverWrites            int64
-	size, managedSize, managers           int
-	operatorRequests, operatorConflicts   float64
-	tripSpread, closeSpread               time.Duration
-	partialOpen, partialClosed, localOpen string
-	apiBurst, apiRecovery                 apiWrites
+	openCond, allOpen, recovered        time.Duration
+	openCondOK, allOpenOK, recoveredOK  bool
+	burstWrites, recoverWrites          int64
+	size, managedSize, managers         int
+	operatorRequests, operatorConflicts float64
+	tripSpread, closeSpread             time.Duration
+	partialOpen, partialClosed          string
+	apiBurst, apiRecovery               apiWrites
 }
 
 // tripCycles trips every pod's breaker at once, times the CircuitBreaker's

@@ -394,7 +394,7 @@ func (h *harness) agentConfig() *rest.Config {
 
 // startAgents starts every pod's agent and has each use the named breakers.
 func (h *harness) startAgents(breakers ...string) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	for _, p := range h.pods {
 		a, err := kube.StartAgent(h.agentCtx, kube.Options{
 			Config:    h.agentConfig(),
