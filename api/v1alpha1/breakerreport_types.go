@@ -43,6 +43,37 @@ type BreakerReportEntry struct {
 	// +kubebuilder:validation:Maximum=100
 	FailureRatePercent *int32 `json:"failureRatePercent,omitempty"`
 
+	// slowCallRatePercent is the slow-call rate of the window, in percent, at
+	// the transition; set when the breaker judges slow calls.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	SlowCallRatePercent *int32 `json:"slowCallRatePercent,omitempty"`
+
+	// trigger says what opened the circuit, for reasons Tripped and
+	// ProbeFailed: FailureRate, SlowCallRate, FailedProbe or SlowProbe.
+	// +optional
+	// +kubebuilder:validation:Enum=FailureRate;SlowCallRate;FailedProbe;SlowProbe
+	Trigger string `json:"trigger,omitempty"`
+
+	// consecutiveOpens is how many open periods in a row the circuit has had,
+	// counting the current one, with no close in between (maxOpenTimeout backs
+	// them off). 0 when closed.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
+
+	// openTimeout is the length of the current open period (while half-open,
+	// of the last one), backed off by maxOpenTimeout.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
+
+	// keys summarises the per-key breakers of a breaker Group, for a Group:
+	// one entry for the Group, not one per key.
+	// +optional
+	Keys *KeySummary `json:"keys,omitempty"`
+
 	// configGeneration is the generation of the configuration the pod runs.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

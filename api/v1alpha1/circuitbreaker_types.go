@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -45,9 +47,11 @@ const (
 	DefaultSuccessThreshold       = 2
 	DefaultHalfOpenPermittedCalls = 1
 	DefaultFleetQuorumPercent     = 0
+	DefaultSlowCallRatePercent    = 100
 )
 
 // CircuitBreakerSpec declares how a breaker judges a dependency.
+// +kubebuilder:validation:XValidation:rule=`!has(self.maxOpenTimeout) || !has(self.openTimeout) || !self.maxOpenTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.openTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxOpenTimeout) >= duration(self.openTimeout)`,message="maxOpenTimeout must be at least openTimeout",fieldPath=".maxOpenTimeout"
 type CircuitBreakerSpec struct {
 	// Each duration's CEL rule checks the bounds only of a string that matches
 	// the pattern, so one that is no duration at all is reported once, by the
@@ -125,7 +129,74 @@ type CircuitBreakerSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	FleetQuorumPercent *int32 `json:"fleetQuorumPercent,omitempty"`
+
+	// slowCallDuration, when set, makes every call that takes at least this long
+	// slow, whether it succeeds or fails, and the circuit also opens when slow
+	// calls reach slowCallRatePercent of the window (with at least
+	// minimumThroughput calls in it). A dependency that answers in 9s instead of
+	// 90ms is down for its callers even though every call succeeds. A Go
+	// duration between 1ms and 1h. Unset (the default): no call is judged slow.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1ms') && duration(self) <= duration('1h'))`,message="slowCallDuration must be between 1ms and 1h"
+	SlowCallDuration *metav1.Duration `json:"slowCallDuration,omitempty"`
+
+	// slowCallRatePercent is the share of slow calls in the window, in percent,
+	// at or above which the circuit opens; used only with slowCallDuration.
+	// 1 to 100.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SlowCallRatePercent *int32 `json:"slowCallRatePercent,omitempty"`
+
+	// maxOpenTimeout, when set, backs off a dependency that stays down: each
+	// open period that follows another without a close in between lasts twice
+	// as long as the one before, from openTimeout up to maxOpenTimeout; closing
+	// starts again from openTimeout. A Go duration, at least openTimeout and at
+	// most 24h. Unset (the default): every open period lasts openTimeout.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('24h')`,message="maxOpenTimeout must be at most 24h"
+	MaxOpenTimeout *metav1.Duration `json:"maxOpenTimeout,omitempty"`
+
+	// override holds the circuit open or closed until a given time, then hands
+	// it back to mode, so a hold set during an incident cannot outlive it.
+	// Who set it is recorded in the annotation fusebox.dev/overridden-by.
+	// +optional
+	Override *Override `json:"override,omitempty"`
 }
+
+// Override is a time-boxed, audited hold of the circuit in one state.
+type Override struct {
+	// mode is the mode in force until until: ForcedOpen or ForcedClosed.
+	// +required
+	// +kubebuilder:validation:Enum=ForcedOpen;ForcedClosed
+	Mode Mode `json:"mode"`
+
+	// until is when the override ends and spec.mode applies again: in the
+	// future when set, and at most 7 days ahead.
+	// +required
+	// +kubebuilder:validation:Format=date-time
+	Until metav1.Time `json:"until"`
+
+	// reason says why the circuit is held, for whoever looks during the
+	// incident. 1 to 256 characters.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason"`
+}
+
+// MaxOverrideDuration is how far ahead an override's until may be.
+const MaxOverrideDuration = 7 * 24 * time.Hour
+
+// AnnotationOverriddenBy names who set spec.override, as the API server
+// authenticated them. The mutating webhook writes it; a value a client writes
+// is replaced.
+const AnnotationOverriddenBy = "fusebox.dev/overridden-by"
 
 // State is a circuit's state, as pods report it and as the fleet sees it.
 // +kubebuilder:validation:Enum=Closed;Open;HalfOpen
@@ -175,6 +246,36 @@ type MemberStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Calls *int64 `json:"calls,omitempty"`
 
+	// slowCallRatePercent is the slow-call rate of the window, in percent, at
+	// the transition; set when the breaker judges slow calls.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	SlowCallRatePercent *int32 `json:"slowCallRatePercent,omitempty"`
+
+	// trigger says what opened the circuit, for reasons Tripped and
+	// ProbeFailed: FailureRate, SlowCallRate, FailedProbe or SlowProbe.
+	// +optional
+	// +kubebuilder:validation:Enum=FailureRate;SlowCallRate;FailedProbe;SlowProbe
+	Trigger string `json:"trigger,omitempty"`
+
+	// consecutiveOpens is how many open periods in a row the circuit has had,
+	// counting the current one, with no close in between (maxOpenTimeout backs
+	// them off). 0 when closed.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
+
+	// openTimeout is the length of the current open period (while half-open,
+	// of the last one), backed off by maxOpenTimeout.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
+
+	// keys summarises the per-key breakers of a breaker Group, for a Group.
+	// +optional
+	Keys *KeySummary `json:"keys,omitempty"`
+
 	// configGeneration is the generation of the configuration the pod runs.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -185,6 +286,30 @@ type MemberStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	ConfigError string `json:"configError,omitempty"`
+}
+
+// KeySummary is what a breaker Group holds: one breaker per key (a host, a
+// route, a tenant) under the CircuitBreaker's policy. A pod reports the Group
+// as a whole, not one line per key.
+type KeySummary struct {
+	// keys is how many per-key breakers the Group holds.
+	// +kubebuilder:validation:Minimum=0
+	Keys int32 `json:"keys"`
+
+	// open is how many of them are open.
+	// +kubebuilder:validation:Minimum=0
+	Open int32 `json:"open"`
+
+	// halfOpen is how many of them are probing.
+	// +kubebuilder:validation:Minimum=0
+	HalfOpen int32 `json:"halfOpen"`
+
+	// worst names at most 5 keys that are not closed, open first.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:MaxLength=253
+	Worst []string `json:"worst,omitempty"`
 }
 
 // MaxMembersListed is how many pods status.members lists.
@@ -226,6 +351,26 @@ type CircuitBreakerStatus struct {
 	// memberCounts counts every reporting pod by state.
 	// +optional
 	MemberCounts *MemberCounts `json:"memberCounts,omitempty"`
+
+	// consecutiveOpens is how many open periods in a row the breaker has had
+	// with no close in between: with scope Fleet, the fleet verdict's; with
+	// scope Pod, the most any pod reports. 0 when closed.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
+
+	// openTimeout is the length of the current open period, backed off by
+	// maxOpenTimeout: the fleet verdict's, or with scope Pod the longest any
+	// pod reports.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
+
+	// keys, for a breaker Group, sums the pods' per-key breakers: keys is the
+	// most any pod holds, open and halfOpen are summed over pods, and worst
+	// names the keys open in the most pods.
+	// +optional
+	Keys *KeySummary `json:"keys,omitempty"`
 
 	// members lists the most relevant reporting pods, at most 20: open first,
 	// then half-open, refusing the latest configuration, behind it, and closed.

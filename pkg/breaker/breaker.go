@@ -12,14 +12,17 @@ import (
 // window.go the rolling window; state.go the state machine; verdict.go what is shared with
 // other processes (Verdict, Adopt).
 
-// Counts are a breaker's tallies. Closed or open, Calls and Failures are the window's totals
-// (while open, the tally that opened it, frozen) and Successes is 0. Half-open, Calls is the
-// probes completed in this half-open period, Successes the consecutive probe successes, and
-// Failures 0, since a probe failure re-opens the circuit.
+// Counts are a breaker's tallies. Closed or open, Calls, Failures and Slow are the window's
+// totals (while open, the tally that opened it, frozen) and Successes is 0. Half-open, Calls
+// is the probes completed in this half-open period, Successes the consecutive probe
+// successes, and Failures and Slow 0, since a failed or slow probe re-opens the circuit.
+// Slow counts calls that took at least Policy.SlowCallDuration, whatever their outcome, and
+// stays 0 without it.
 type Counts struct {
 	Calls     int64
 	Failures  int64
 	Successes int64
+	Slow      int64
 }
 
 // Breaker is a circuit breaker. It is safe for concurrent use.

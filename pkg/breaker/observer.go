@@ -88,6 +88,34 @@ func (c TransitionCause) String() string {
 	return fmt.Sprintf("TransitionCause(%d)", uint8(c))
 }
 
+// Trigger says which judgement of calls opened a circuit.
+type Trigger uint8
+
+// The judgements that open a circuit on its calls.
+const (
+	TriggerNone         Trigger = iota // not opened by calls (Trip, time, a mode, a verdict), or not opened
+	TriggerFailureRate                 // failures reached FailureRatio of the window
+	TriggerSlowCallRate                // slow calls reached SlowCallRatio of the window
+	TriggerFailedProbe                 // a half-open probe failed
+	TriggerSlowProbe                   // a half-open probe was slow
+)
+
+func (t Trigger) String() string {
+	switch t {
+	case TriggerNone:
+		return ""
+	case TriggerFailureRate:
+		return "failure_rate"
+	case TriggerSlowCallRate:
+		return "slow_call_rate"
+	case TriggerFailedProbe:
+		return "failed_probe"
+	case TriggerSlowProbe:
+		return "slow_probe"
+	}
+	return fmt.Sprintf("Trigger(%d)", uint8(t))
+}
+
 // Transition describes one change of state. Trip on an open circuit restarts the open
 // period and is delivered as a transition from Open to Open.
 type Transition struct {
@@ -101,6 +129,13 @@ type Transition struct {
 	// Err is the failure that caused the transition, if one did.
 	Err   error
 	Cause TransitionCause
+	// Trigger says which judgement of calls opened the circuit, for Cause CauseCalls and
+	// To Open; Counts holds the figures (Failures or Slow over Calls).
+	Trigger Trigger
+	// ConsecutiveOpens and OpenTimeout describe the open period entered, for To Open (and
+	// the one just ended, for To HalfOpen): as in [Verdict].
+	ConsecutiveOpens int
+	OpenTimeout      time.Duration
 	// Period is the state period entered. It grows by one on every transition of the
 	// breaker; observers can use it to order deliveries made from different goroutines.
 	Period uint64

@@ -93,10 +93,26 @@ type Policy struct {
 	HalfOpenPermittedCalls int
 	// Mode is how far the breaker acts on its verdict; "" means ModeEnforce.
 	Mode Mode
+	// SlowCallDuration, when set, makes a completed call that took at least this long
+	// slow, whatever its outcome, and the circuit also opens when slow calls reach
+	// SlowCallRatio of the window (DESIGN.md §5.13). 0 (the default) judges no call slow,
+	// and costs the call path nothing. Must be ≥ 0.
+	SlowCallDuration time.Duration
+	// SlowCallRatio is the share of slow calls in a window of at least MinimumThroughput
+	// calls at or above which the circuit opens; used only with SlowCallDuration. Must be
+	// in (0, 1] when SlowCallDuration is set.
+	SlowCallRatio float64
+	// MaxOpenTimeout, when set, backs off the open period: the k-th consecutive open
+	// period without a close in between lasts min(OpenTimeout × 2^(k-1), MaxOpenTimeout)
+	// (§5.13). 0 (the default) keeps every open period at OpenTimeout. Must be 0 or at
+	// least OpenTimeout.
+	MaxOpenTimeout time.Duration
 }
 
 // DefaultPolicy returns the seed's defaults: a 30s open timeout, a 10s window, a 50% failure
-// ratio over at least 20 calls, 2 probe successes to close, 1 probe at a time, Enforce.
+// ratio over at least 20 calls, 2 probe successes to close, 1 probe at a time, Enforce; no
+// slow-call judging (with a SlowCallRatio of 1 ready for when SlowCallDuration is set) and
+// no backoff.
 func DefaultPolicy() Policy {
 	return Policy{
 		OpenTimeout:            30 * time.Second,
@@ -106,6 +122,7 @@ func DefaultPolicy() Policy {
 		SuccessThreshold:       2,
 		HalfOpenPermittedCalls: 1,
 		Mode:                   ModeEnforce,
+		SlowCallRatio:          1,
 	}
 }
 
@@ -136,6 +153,20 @@ func (p Policy) Validate() error {
 	}
 	if err := p.Mode.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if p.SlowCallDuration < 0 {
+		errs = append(errs, &FieldError{Field: "slowCallDuration", Value: p.SlowCallDuration.String(), Reason: "must be 0 (slow calls not judged) or greater"})
+	}
+	// The ratio matters only with slow-call judging on, but a value no breaker could
+	// use is refused either way.
+	if (p.SlowCallDuration > 0 || p.SlowCallRatio != 0) && !(p.SlowCallRatio > 0 && p.SlowCallRatio <= 1) {
+		errs = append(errs, &FieldError{Field: "slowCallRatio", Value: formatFloat(p.SlowCallRatio), Reason: "must be greater than 0 and at most 1"})
+	}
+	switch {
+	case p.MaxOpenTimeout < 0:
+		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be 0 (no backoff) or greater"})
+	case p.MaxOpenTimeout > 0 && p.OpenTimeout > 0 && p.MaxOpenTimeout < p.OpenTimeout:
+		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + p.OpenTimeout.String() + ")"})
 	}
 	return errors.Join(errs...)
 }

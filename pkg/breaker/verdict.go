@@ -9,6 +9,14 @@ import "time"
 type Verdict struct {
 	State State
 	Since time.Time // when State was reached; for Open, the start of the open period
+	// ConsecutiveOpens is how many open periods in a row, counting the current one, the
+	// circuit has had without closing in between: the k of §5.13's backoff. 0 when closed.
+	ConsecutiveOpens int
+	// OpenTimeout is the length of the open period, for an Open verdict: OpenTimeout, or
+	// with Policy.MaxOpenTimeout set, the backed-off period of the k-th open. A process that
+	// adopts the verdict keeps this period, so a fleet backs off as one. 0 otherwise, and in
+	// a verdict from a writer that does not know the field.
+	OpenTimeout time.Duration
 }
 
 // Verdict returns the breaker's state and when it was reached, first applying the moves

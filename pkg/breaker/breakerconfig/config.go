@@ -26,15 +26,29 @@ type Config struct {
 	HalfOpenPermittedCalls int      `json:"halfOpenPermittedCalls"`
 	Mode                   string   `json:"mode"`
 	Scope                  string   `json:"scope"`
+	// SlowCallDuration and SlowCallRatio judge slow calls (DESIGN §5.13); both are
+	// left out when slow calls are not judged.
+	SlowCallDuration Duration `json:"slowCallDuration,omitempty"`
+	SlowCallRatio    float64  `json:"slowCallRatio,omitempty"`
+	// MaxOpenTimeout backs off consecutive open periods up to it; left out for no
+	// backoff.
+	MaxOpenTimeout Duration `json:"maxOpenTimeout,omitempty"`
 	// Verdict is the fleet's shared verdict, written by the operator only for
 	// scope Fleet and only while it has one (DESIGN §5.12).
 	Verdict *Verdict `json:"verdict,omitempty"`
 }
 
-// Verdict is a fleet-wide verdict: the state and when it was reached.
+// Verdict is a fleet-wide verdict: the state and when it was reached, and for
+// an open verdict the open period every pod keeps (DESIGN §5.13).
 type Verdict struct {
 	State string    `json:"state"`
 	Since time.Time `json:"since"`
+	// ConsecutiveOpens is how many open periods in a row the fleet has had,
+	// counting this one (breaker.Verdict.ConsecutiveOpens).
+	ConsecutiveOpens int `json:"consecutiveOpens,omitempty"`
+	// OpenTimeout is the length of this open period; left out, a pod uses its
+	// own policy's.
+	OpenTimeout Duration `json:"openTimeout,omitempty"`
 }
 
 // Duration is a time.Duration written in time.ParseDuration syntax ("30s").
@@ -65,7 +79,7 @@ func FromPolicy(name string, generation int64, p breaker.Policy, scope string) C
 	if mode == "" {
 		mode = ModeEnforce
 	}
-	return Config{
+	c := Config{
 		Name:                   name,
 		Generation:             generation,
 		OpenTimeout:            Duration(p.OpenTimeout),
@@ -76,7 +90,12 @@ func FromPolicy(name string, generation int64, p breaker.Policy, scope string) C
 		HalfOpenPermittedCalls: p.HalfOpenPermittedCalls,
 		Mode:                   string(mode),
 		Scope:                  scope,
+		MaxOpenTimeout:         Duration(p.MaxOpenTimeout),
 	}
+	if p.SlowCallDuration > 0 {
+		c.SlowCallDuration, c.SlowCallRatio = Duration(p.SlowCallDuration), p.SlowCallRatio
+	}
+	return c
 }
 
 // Policy returns the breaker policy c describes, or an error naming the first
@@ -90,6 +109,12 @@ func (c Config) Policy() (breaker.Policy, error) {
 		SuccessThreshold:       c.SuccessThreshold,
 		HalfOpenPermittedCalls: c.HalfOpenPermittedCalls,
 		Mode:                   breaker.Mode(c.Mode),
+		SlowCallDuration:       time.Duration(c.SlowCallDuration),
+		SlowCallRatio:          c.SlowCallRatio,
+		MaxOpenTimeout:         time.Duration(c.MaxOpenTimeout),
+	}
+	if p.SlowCallRatio == 0 {
+		p.SlowCallRatio = 1 // DefaultPolicy's, and the CRD's slowCallRatePercent 100
 	}
 	if err := p.Validate(); err != nil {
 		return breaker.Policy{}, err
@@ -116,6 +141,12 @@ func (c Config) Validate() error {
 		if v.Since.IsZero() {
 			return fmt.Errorf("verdict.since: must be set")
 		}
+		if v.ConsecutiveOpens < 0 {
+			return fmt.Errorf("verdict.consecutiveOpens: must not be negative, got %d", v.ConsecutiveOpens)
+		}
+		if v.OpenTimeout < 0 {
+			return fmt.Errorf("verdict.openTimeout: must not be negative, got %s", time.Duration(v.OpenTimeout))
+		}
 	}
 	_, err := c.Policy()
 	return err
@@ -135,8 +166,10 @@ func Parse(data []byte) (Config, error) {
 	type wire Config
 	var raw struct {
 		wire
-		OpenTimeout *string `json:"openTimeout"`
-		Window      *string `json:"window"`
+		OpenTimeout      *string `json:"openTimeout"`
+		Window           *string `json:"window"`
+		SlowCallDuration *string `json:"slowCallDuration"`
+		MaxOpenTimeout   *string `json:"maxOpenTimeout"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
@@ -151,11 +184,20 @@ func Parse(data []byte) (Config, error) {
 	}
 	c := Config(raw.wire)
 	for _, d := range []struct {
-		field string
-		in    *string
-		out   *Duration
-	}{{"openTimeout", raw.OpenTimeout, &c.OpenTimeout}, {"window", raw.Window, &c.Window}} {
+		field    string
+		in       *string
+		out      *Duration
+		optional bool
+	}{
+		{"openTimeout", raw.OpenTimeout, &c.OpenTimeout, false},
+		{"window", raw.Window, &c.Window, false},
+		{"slowCallDuration", raw.SlowCallDuration, &c.SlowCallDuration, true},
+		{"maxOpenTimeout", raw.MaxOpenTimeout, &c.MaxOpenTimeout, true},
+	} {
 		if d.in == nil {
+			if d.optional {
+				continue
+			}
 			return Config{}, fmt.Errorf("invalid breaker config %q: %s: missing", c.Name, d.field)
 		}
 		v, err := time.ParseDuration(*d.in)

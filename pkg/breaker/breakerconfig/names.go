@@ -94,6 +94,15 @@ func Earned(state, reason string) bool {
 	return false
 }
 
+// Trigger values of ReportEntry.Trigger: which judgement of calls opened the
+// circuit (breaker.Trigger).
+const (
+	TriggerFailureRate  = "FailureRate"
+	TriggerSlowCallRate = "SlowCallRate"
+	TriggerFailedProbe  = "FailedProbe"
+	TriggerSlowProbe    = "SlowProbe"
+)
+
 // The environment of an application pod, as the pod-injection webhook sets it and
 // pkg/breaker/kube reads it: the pod's identity from the downward API, and where the
 // ConfigMap is mounted.

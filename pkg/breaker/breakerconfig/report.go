@@ -35,11 +35,41 @@ type ReportEntry struct {
 	// State; both are left out when the transition carried no calls.
 	Calls              *int64 `json:"calls,omitempty"`
 	FailureRatePercent *int32 `json:"failureRatePercent,omitempty"`
+	// SlowCallRatePercent is the slow-call rate of the window at the transition,
+	// written when the breaker judges slow calls and the transition carried calls.
+	SlowCallRatePercent *int32 `json:"slowCallRatePercent,omitempty"`
+	// Trigger says which judgement of calls opened the circuit, for reasons
+	// Tripped and ProbeFailed: one of the Trigger constants.
+	Trigger string `json:"trigger,omitempty"`
+	// ConsecutiveOpens is how many open periods in a row the circuit has had,
+	// counting the current one; 0 or left out when closed.
+	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
+	// OpenTimeout is the length of the current (or, half-open, the last) open
+	// period, written with ConsecutiveOpens.
+	OpenTimeout *Duration `json:"openTimeout,omitempty"`
+	// Keys summarises a breaker Group's per-key breakers, for a Group only.
+	Keys *KeySummary `json:"keys,omitempty"`
 	// ConfigGeneration is the generation of the config the pod runs for it.
 	ConfigGeneration int64 `json:"configGeneration,omitempty"`
 	// ConfigError says why the pod refused the latest published config.
 	ConfigError string `json:"configError,omitempty"`
 }
+
+// KeySummary is a breaker Group's line in a report: one entry for the whole
+// Group, not one per key.
+type KeySummary struct {
+	// Keys is how many per-key breakers the Group holds.
+	Keys int32 `json:"keys"`
+	// Open and HalfOpen count the keys in each state.
+	Open     int32 `json:"open"`
+	HalfOpen int32 `json:"halfOpen"`
+	// Worst names at most MaxWorstKeys keys that are not closed: open first,
+	// most recently opened first.
+	Worst []string `json:"worst,omitempty"`
+}
+
+// MaxWorstKeys bounds KeySummary.Worst.
+const MaxWorstKeys = 5
 
 // Time is a timestamp written in RFC 3339 with exactly three fractional digits,
 // so that equal times are equal strings and a fleet's shared open period does
