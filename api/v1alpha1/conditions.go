@@ -45,6 +45,27 @@ const (
 	ReasonMembersRejected = "MembersRejected"
 )
 
+// The Overridden condition: True while spec.override is in force (its until
+// is ahead), so the rendered mode is the override's rather than spec.mode.
+const (
+	ConditionOverridden = "Overridden"
+
+	// ReasonOverrideActive: spec.override holds the circuit until its until.
+	ReasonOverrideActive = "OverrideActive"
+	// ReasonOverrideExpired: spec.override's until has passed; spec.mode applies.
+	ReasonOverrideExpired = "OverrideExpired"
+	// ReasonNoOverride: no override is set (or it was removed).
+	ReasonNoOverride = "NoOverride"
+)
+
+// Event reasons recorded on a CircuitBreaker when an override starts, runs out
+// or is removed before its time.
+const (
+	EventOverrideStarted   = "OverrideStarted"
+	EventOverrideExpired   = "OverrideExpired"
+	EventOverrideCancelled = "OverrideCancelled"
+)
+
 // Event reasons recorded on a CircuitBreaker when its state changes or a pod
 // refuses its configuration.
 const (
