@@ -28,6 +28,7 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 	desired := o.breaker.DeepCopy()
 	desired.Status.ConfigMapName = resiliencev1alpha1.ConfigMapName
 	desired.Status.State, desired.Status.MemberCounts, desired.Status.Members = v.state, v.counts, v.listed
+	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.consecutiveOpens, v.openTimeout, v.keys
 	if o.err != nil || !o.changed {
 		desired.Status.ObservedGeneration = desired.Generation
 		setReadyCondition(desired, o.err)
