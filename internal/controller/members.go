@@ -199,7 +199,7 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 			// Whole seconds, as the API server stores a metav1.Time: a report's
 			// milliseconds kept here would make every stored status differ from the
 			// one computed again, and every reconcile patch it.
-			Since:              metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
+			Since:  metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
 			Reason: m.entry.Reason,
 			// Copies: the reports are the cache's own objects, and the status patch
 			// decodes the API server's answer into these pointers.
