@@ -101,7 +101,7 @@ func FuzzParseMessage(f *testing.F) {
 func TestParsePeriod(t *testing.T) {
 	base := shared{epoch: 7, state: breaker.Open}
 	for period, want := range map[string]shared{
-		"":                {epoch: 7, state: breaker.Open},
+		"":                 {epoch: 7, state: breaker.Open},
 		"7 3 120000000000": {epoch: 7, state: breaker.Open, opens: 3, openFor: 2 * time.Minute},
 		// Left behind by this version before an older one wrote epoch 7: not this verdict's.
 		"6 3 120000000000": {epoch: 7, state: breaker.Open},
