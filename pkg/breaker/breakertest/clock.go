@@ -3,8 +3,11 @@ package breakertest
 import (
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
+
+var _ breaker.MonotonicClock = (*Clock)(nil)
 
 // Clock is a breaker.MonotonicClock that moves only when told to. It reads two clocks: the
 // wall clock (Now) and a monotonic one (Monotonic), which a breaker measures its durations

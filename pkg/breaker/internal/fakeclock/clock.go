@@ -1,6 +1,3 @@
-// Package fakeclock is the clock breakertest.Clock wraps, in a package of its own because
-// the core's internal tests need it too: breakertest imports the core, so the core's
-// package-internal tests cannot import breakertest without an import cycle.
 package fakeclock
 
 import (
