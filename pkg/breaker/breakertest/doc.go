@@ -1,6 +1,6 @@
 // Package breakertest is a kit for testing code that uses pkg/breaker: it puts a breaker
 // in the state a test needs, plays the dependency behind it, and checks what the breaker
-// did, all without sleeping.
+// did, on a clock the test moves by hand.
 //
 //   - [Clock] is a clock that moves only when told to. Given to a breaker with
 //     breaker.WithClock, it lets a test make an open timeout or a window pass at once, and
@@ -14,7 +14,7 @@
 //   - [Upstream] is a dependency that fails, answers HTTP status codes or slows down on
 //     command and counts its calls. Its Call method is what Breaker.Execute runs, and it is
 //     an http.Handler for httptest.NewServer, behind httpbreaker's Transport or Handler.
-//     On a Clock its slowness is time the Clock advances; without one, real time it sleeps.
+//     On a Clock its slowness is time the Clock advances; without one, it sleeps.
 //   - [Recorder] is an observer that keeps every transition, for assertions on the
 //     sequence ([Recorder.AssertStates], with a readable diff) and for waiting on a
 //     transition made by another goroutine ([Recorder.Wait]).

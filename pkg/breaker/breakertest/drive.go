@@ -127,7 +127,7 @@ func failuresToOpen(c breaker.Counts, p breaker.Policy) (int, string) {
 // breaker.CauseTimeout. A circuit already half-open is left as it is.
 //
 // With clock, the Clock b was built on (breaker.WithClock), it advances clock by what is
-// left of the open period (breaker.RetryAfter), so no time passes for real. With clock nil,
+// left of the open period (Breaker.RetryAfter), so no time passes for real. With clock nil,
 // for a breaker on real time, it sleeps that long (keep OpenTimeout short in such tests),
 // and a little more: a breaker without a Clock reads a coarse clock that may lag by about a
 // millisecond. It returns an error wrapping [ErrUnreachable] under ModeForcedOpen, whose

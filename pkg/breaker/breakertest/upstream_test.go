@@ -205,6 +205,29 @@ func TestUpstreamBehindBreaker(t *testing.T) {
 	rec.AssertStates(t, "closed→open", "open→half_open", "half_open→closed")
 }
 
+// Behind httpbreaker's Handler, the Upstream's 5xx answers open the circuit, and the
+// Handler sheds the rest without reaching it.
+func TestUpstreamBehindHTTPHandler(t *testing.T) {
+	b, clock, rec := newBreaker(t, func(p *breaker.Policy) { p.MinimumThroughput = 2 })
+	u := breakertest.NewUpstream(clock)
+	srv := httptest.NewServer(httpbreaker.NewHandler(b, u))
+	defer srv.Close()
+	u.Respond(http.StatusInternalServerError)
+	var got []int
+	for range 3 {
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		got = append(got, resp.StatusCode)
+	}
+	if fmt.Sprint(got) != "[500 500 503]" || u.Calls() != 2 {
+		t.Fatalf("statuses %v with %d calls upstream, want [500 500 503] and 2", got, u.Calls())
+	}
+	rec.AssertStates(t, "closed→open")
+}
+
 // Upstream plays a dependency that fails, recovers and answers on command.
 func ExampleUpstream() {
 	clock := breakertest.NewClock(time.Now())
