@@ -107,8 +107,8 @@ func TestOpenByFailuresMakesJustEnoughCalls(t *testing.T) {
 			}
 			wantState(t, b, breaker.Open)
 			last, _ := rec.Last()
-			if last.Cause != breaker.CauseCalls || !errors.Is(last.Err, errBoom) {
-				t.Fatalf("opened by %v with %v, want calls with %v", last.Cause, last.Err, errBoom)
+			if last.Cause != breaker.CauseCalls || last.Trigger != breaker.TriggerFailureRate || !errors.Is(last.Err, errBoom) {
+				t.Fatalf("opened by %v/%v with %v, want calls/failure_rate with %v", last.Cause, last.Trigger, last.Err, errBoom)
 			}
 			if got := last.Counts.Failures - before.Failures; got != int64(tc.wantFailed) {
 				t.Fatalf("made %d failed calls, want %d (opened on %+v)", got, tc.wantFailed, last.Counts)
@@ -164,8 +164,8 @@ func TestOpenByFailuresFromHalfOpenFailsOneProbe(t *testing.T) {
 	}
 	rec.AssertStates(t, "closed→open", "open→half_open", "half_open→open")
 	last, _ := rec.Last()
-	if last.Cause != breaker.CauseCalls || !errors.Is(last.Err, breakertest.ErrInjected) || last.Counts.Calls != 1 {
-		t.Fatalf("re-opened by %v with %v on %+v, want one failed probe with ErrInjected", last.Cause, last.Err, last.Counts)
+	if last.Trigger != breaker.TriggerFailedProbe || !errors.Is(last.Err, breakertest.ErrInjected) || last.Counts.Calls != 1 {
+		t.Fatalf("re-opened by %v with %v on %+v, want one failed probe with ErrInjected", last.Trigger, last.Err, last.Counts)
 	}
 }
 

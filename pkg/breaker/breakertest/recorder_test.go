@@ -137,7 +137,7 @@ func TestAssertStates(t *testing.T) {
 		"  closed→open  (trip)\n" +
 		"  open→half_open  (timeout)\n" +
 		"- half_open→closed\n" +
-		"+ half_open→open  (calls, 1 calls 1 failures 0 successes)\n"
+		"+ half_open→open  (calls, failed_probe, 1 calls 1 failures 0 successes)\n"
 	if len(bad.errors) != 1 || bad.errors[0] != want {
 		t.Fatalf("reported %q\nwant %q", bad.errors, want)
 	}
@@ -181,10 +181,10 @@ func ExampleRecorder() {
 	fmt.Print(rec.Diff("closed->open", "open->half_open", "half_open->closed"))
 	// Output:
 	// [closed→open open→half_open half_open→open]
-	//   closed→open  (calls, 20 calls 20 failures 0 successes)
+	//   closed→open  (calls, failure_rate, 20 calls 20 failures 0 successes)
 	//   open→half_open  (timeout)
 	// - half_open→closed
-	// + half_open→open  (calls, 1 calls 1 failures 0 successes)
+	// + half_open→open  (calls, failed_probe, 1 calls 1 failures 0 successes)
 }
 
 // Wait waits for a transition another goroutine makes.
