@@ -177,8 +177,7 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 	if err != nil {
 		return breaker.Verdict{}, false
 	}
-	// The open period travels with the verdict, so every pod keeps the one of the Open
-	// that started the fleet's (DESIGN §5.13); left out, Adopt uses the local policy's.
+	// An open verdict's period is the fleet's: every pod keeps it (DESIGN §5.13).
 	return breaker.Verdict{State: s, Since: c.Verdict.Since,
 		ConsecutiveOpens: c.Verdict.ConsecutiveOpens, OpenTimeout: time.Duration(c.Verdict.OpenTimeout)}, true
 }
