@@ -48,6 +48,55 @@ var _ = Describe("Fleet verdicts from BreakerReports", func() {
 		}
 	}
 
+	It("publishes the open period of the Open that started the fleet's, shows it and says so on a re-open", func(ctx SpecContext) {
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "backoff", fleet(0), func(s *resiliencev1alpha1.CircuitBreakerSpec) {
+			s.OpenTimeout, s.MaxOpenTimeout = &metav1.Duration{Duration: time.Second}, &metav1.Duration{Duration: time.Minute}
+			s.SlowCallDuration = &metav1.Duration{Duration: 2 * time.Second}
+		}))).To(Succeed())
+		withPeriod := func(e breakerconfig.ReportEntry, k int32, d time.Duration, trigger string) breakerconfig.ReportEntry {
+			period := breakerconfig.Duration(d)
+			e.ConsecutiveOpens, e.OpenTimeout, e.Trigger = k, &period, trigger
+			return e
+		}
+		first := withPeriod(entry("backoff", "Open", "Tripped", time.Now(), 1), 1, time.Second, breakerconfig.TriggerSlowCallRate)
+		first.Calls, first.FailureRatePercent, first.SlowCallRatePercent = ptr.To[int64](20), ptr.To[int32](0), ptr.To[int32](85)
+		reports(ctx, ns, "p0", first)
+		reports(ctx, ns, "p1", entry("backoff", "Closed", "Started", time.Now(), 1))
+		Eventually(func(g Gomega) {
+			v, ok := published(g, ctx, ns, "backoff")["verdict"].(map[string]any)
+			g.Expect(ok).To(BeTrue())
+			g.Expect(v).To(HaveKeyWithValue("consecutiveOpens", BeEquivalentTo(1)))
+			g.Expect(v).To(HaveKeyWithValue("openTimeout", "1s"))
+			cb := getBreaker(g, ctx, ns, "backoff")
+			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateOpen))
+			g.Expect(cb.Status.ConsecutiveOpens).To(BeEquivalentTo(1))
+			g.Expect(cb.Status.OpenTimeout).To(Equal(&metav1.Duration{Duration: time.Second}))
+			g.Expect(condition(cb, "Open").Message).To(ContainSubstring("p0: slow-call rate 85% of 20 calls (slow: 2s or longer)"))
+			g.Expect(listedPods(cb)).To(HaveExactElements("p0", "p1"))
+			g.Expect(cb.Status.Members[0].Trigger).To(Equal("SlowCallRate"))
+			g.Expect(cb.Status.Members[0].SlowCallRatePercent).To(Equal(ptr.To[int32](85)))
+		}).Should(Succeed())
+		Eventually(func() []string { return eventNotes(ctx, ns, "backoff", "CircuitOpened") }).Should(
+			ConsistOf(ContainSubstring("p0: slow-call rate 85% of 20 calls")))
+
+		By("p1's probe, after the period, failed: the fleet's second consecutive open")
+		reports(ctx, ns, "p0", withPeriod(entry("backoff", "HalfOpen", "TimedOut", time.Now(), 1), 1, time.Second, ""))
+		reports(ctx, ns, "p1", withPeriod(entry("backoff", "Open", "ProbeFailed", time.Now(), 1), 2, 2*time.Second, breakerconfig.TriggerSlowProbe))
+		Eventually(func(g Gomega) {
+			v, ok := published(g, ctx, ns, "backoff")["verdict"].(map[string]any)
+			g.Expect(ok).To(BeTrue())
+			g.Expect(v).To(HaveKeyWithValue("consecutiveOpens", BeEquivalentTo(2)))
+			g.Expect(v).To(HaveKeyWithValue("openTimeout", "2s"))
+			cb := getBreaker(g, ctx, ns, "backoff")
+			g.Expect(cb.Status.ConsecutiveOpens).To(BeEquivalentTo(2))
+			g.Expect(cb.Status.OpenTimeout).To(Equal(&metav1.Duration{Duration: 2 * time.Second}))
+			g.Expect(condition(cb, "Open").Message).To(HaveSuffix("p1: a probe was slow (slow: 2s or longer). Open for 2s, the 2nd consecutive open"))
+		}).Should(Succeed())
+		Eventually(func() []string { return eventNotes(ctx, ns, "backoff", "CircuitOpened") }).Should(ConsistOf(
+			ContainSubstring("p0: slow-call rate 85% of 20 calls"),
+			ContainSubstring("Open for 2s, the 2nd consecutive open")))
+	})
+
 	It("is moved only by what pods earned: not by fresh pods, only by probes after the open", func(ctx SpecContext) {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "fleet", fleet(0)))).To(Succeed())
 		for _, p := range []string{"p0", "p1", "p2"} {
