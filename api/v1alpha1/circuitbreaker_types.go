@@ -409,12 +409,12 @@ type CircuitBreakerStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Open Timeout",type=string,JSONPath=`.spec.openTimeout`,priority=10
-// +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`,priority=10
-// +kubebuilder:printcolumn:name="Failure Rate",type=integer,JSONPath=`.spec.failureRatePercent`,priority=10
-// +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
 // +kubebuilder:printcolumn:name="Slow Call",type=string,JSONPath=`.spec.slowCallDuration`,priority=10,description="How long a call takes to count as slow"
 // +kubebuilder:printcolumn:name="Max Open",type=string,JSONPath=`.spec.maxOpenTimeout`,priority=10,description="The longest a backed-off open period lasts"
 // +kubebuilder:printcolumn:name="Opens",type=integer,JSONPath=`.status.consecutiveOpens`,priority=10,description="Consecutive open periods with no close in between"
+// +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`,priority=10
+// +kubebuilder:printcolumn:name="Failure Rate",type=integer,JSONPath=`.spec.failureRatePercent`,priority=10
+// +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 248",message="metadata.name must be at most 248 characters: the breaker is published under the ConfigMap key <name>.json, and keys are at most 253"
 type CircuitBreaker struct {
 	metav1.TypeMeta   `json:",inline"`
