@@ -263,7 +263,9 @@ func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr str
 				e.want.reason = breakerconfig.ReasonForced
 			}
 		}
-		if !e.known || v.ConsecutiveOpens > 0 {
+		// The open period too: an adopted Open verdict may re-time the one running.
+		// Half-open, Verdict leaves OpenTimeout out, which the transition carried.
+		if !e.known || v.State == breaker.Open {
 			e.want.consecutiveOpens, e.want.openTimeout = int32(min(v.ConsecutiveOpens, math.MaxInt32)), v.OpenTimeout
 		}
 		e.known = true

@@ -308,3 +308,42 @@ func TestReporterGroup(t *testing.T) {
 		t.Errorf("after the open period: %v %+v", dirty, e)
 	}
 }
+
+// TestReporterOpenPeriod: a breaker's backed-off open period reaches its entry, and
+// configuring the breaker again (every config apply does) keeps what the transition said.
+func TestReporterOpenPeriod(t *testing.T) {
+	clock := breakertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := &reporter{wake: make(chan struct{}, 1), entries: map[string]*entry{}}
+	p := breaker.DefaultPolicy()
+	p.MaxOpenTimeout = 4 * p.OpenTimeout
+	b, err := breaker.New("payments", p, breaker.WithClock(clock), breaker.WithObserver(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.configure(b, 1, "")
+	entryNow := func() breakerconfig.ReportEntry {
+		t.Helper()
+		r.configure(b, 1, "")
+		names, ms, _ := r.pending()
+		if len(names) != 1 {
+			t.Fatalf("entries %v", names)
+		}
+		return reportEntry(names[0], ms[0])
+	}
+	b.Trip()
+	clock.Advance(p.OpenTimeout)
+	if s := b.State(); s != breaker.HalfOpen {
+		t.Fatalf("state %v", s)
+	}
+	b.Trip() // the second open period in a row: backed off to twice OpenTimeout
+	e := entryNow()
+	if e.ConsecutiveOpens != 2 || e.OpenTimeout == nil || time.Duration(*e.OpenTimeout) != 2*p.OpenTimeout {
+		t.Fatalf("open entry: consecutiveOpens %d openTimeout %v", e.ConsecutiveOpens, deref(e.OpenTimeout))
+	}
+	clock.Advance(2 * p.OpenTimeout)
+	b.State()
+	e = entryNow()
+	if e.State != "HalfOpen" || e.ConsecutiveOpens != 2 || e.OpenTimeout == nil || time.Duration(*e.OpenTimeout) != 2*p.OpenTimeout {
+		t.Errorf("half-open entry: %s consecutiveOpens %d openTimeout %v, want the period that ended", e.State, e.ConsecutiveOpens, deref(e.OpenTimeout))
+	}
+}
