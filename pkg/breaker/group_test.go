@@ -46,7 +46,7 @@ func TestGroupKeysAreIndependent(t *testing.T) {
 	if err := g.Execute(context.Background(), "globex", func(context.Context) error { return nil }); err != nil {
 		t.Errorf("globex's call: %v, want it to run", err)
 	}
-	if g.Get("acme") != g.Get("acme") {
+	if acme := g.Get("acme"); g.Get("acme") != acme {
 		t.Error("Get returned two breakers for one key")
 	}
 	tr := rec.takeTransitions()
