@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
 // groupPolicy opens on two calls that both failed.
@@ -18,7 +18,7 @@ func groupPolicy() Policy {
 	return p
 }
 
-func newTestGroup(t *testing.T, p Policy, maxKeys int) (*Group, *breakertest.Clock, *recorder) {
+func newTestGroup(t *testing.T, p Policy, maxKeys int) (*Group, *fakeclock.Clock, *recorder) {
 	t.Helper()
 	clock := newFakeClock()
 	rec := &recorder{}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
 // Slow calls and backed-off open periods (DESIGN.md §5.13). The model test covers them
@@ -21,7 +21,7 @@ func slowPolicy() Policy {
 }
 
 // takes returns a protected function that lets d pass on clock before it returns err.
-func takes(clock *breakertest.Clock, d time.Duration, err error) func(context.Context) error {
+func takes(clock *fakeclock.Clock, d time.Duration, err error) func(context.Context) error {
 	return func(context.Context) error {
 		clock.Advance(d)
 		return err
