@@ -131,15 +131,20 @@ func (o *Options) statusOne(ctx context.Context, c client.Client, name, output s
 	if err != nil {
 		return fmt.Errorf("events of %s: %w", name, err)
 	}
-	now := o.Now()
-	w := printers.GetNewTabWriter(o.Out)
-	writeDetail(w, &cb, ts, now)
-	return w.Flush()
+	return writeDetail(o.Out, &cb, ts, o.Now())
 }
 
 // writeDetail writes `status NAME`: a summary, the members table and the last
-// transitions.
-func writeDetail(w io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Transition, now time.Time) {
+// transitions, each section aligned on its own.
+func writeDetail(out io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Transition, now time.Time) error {
+	w := printers.GetNewTabWriter(out)
+	section := func() error {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		w = printers.GetNewTabWriter(out)
+		return nil
+	}
 	b := breakerView(cb, now)
 	fmt.Fprintf(w, "Name:\t%s\n", b.Name)
 	fmt.Fprintf(w, "Namespace:\t%s\n", b.Namespace)
@@ -166,10 +171,13 @@ func writeDetail(w io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Transi
 		fmt.Fprintf(w, "Consecutive opens:\t%d (open period %s)\n", b.ConsecutiveOpens, b.OpenTimeout)
 	}
 	fmt.Fprintf(w, "Age:\t%s\n", age(b.Created, now))
+	if err := section(); err != nil {
+		return err
+	}
 
 	fmt.Fprintln(w)
 	if len(cb.Status.Members) == 0 {
-		fmt.Fprintln(w, "Members:\t<none>")
+		fmt.Fprintln(w, "Members:  <none>")
 	} else {
 		fmt.Fprintln(w, "Members:")
 		fmt.Fprintln(w, "  POD\tSTATE\tSINCE\tREASON\tTRIGGER\tRATE\tCONSECUTIVE OPENS")
@@ -181,11 +189,14 @@ func writeDetail(w io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Transi
 			fmt.Fprintf(w, "  (%d of %d reporting pods listed, the most relevant first)\n", shown, cb.Status.MemberCounts.Reporting)
 		}
 	}
+	if err := section(); err != nil {
+		return err
+	}
 
 	fmt.Fprintln(w)
 	if len(ts) == 0 {
-		fmt.Fprintln(w, "Transitions:\t<none>")
-		return
+		fmt.Fprintln(w, "Transitions:  <none>")
+		return w.Flush()
 	}
 	if len(ts) > eventsShown {
 		ts = ts[len(ts)-eventsShown:]
@@ -199,6 +210,7 @@ func writeDetail(w io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Transi
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", seen, t.Type, t.Reason, strings.ReplaceAll(t.Message, "\n", " "))
 	}
+	return w.Flush()
 }
 
 // rateText is a member's failure rate and, when judged, slow-call rate.
