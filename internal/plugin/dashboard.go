@@ -157,25 +157,29 @@ func (h *hub) followBreakers(ctx context.Context, c client.WithWatch) error {
 			h.stale = ""
 			h.broadcastLocked(h.snapshotLocked())
 		},
-		apply: func(t watch.EventType, obj runtime.Object) {
-			cb, ok := obj.(*resiliencev1alpha1.CircuitBreaker)
-			if !ok {
-				return
-			}
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			b := breakerView(cb, h.now())
-			if t == watch.Deleted {
-				delete(h.breakers, cb.Namespace+"/"+cb.Name)
-				h.broadcastLocked(encode("deleted", map[string]string{"namespace": cb.Namespace, "name": cb.Name}))
-				return
-			}
-			h.breakers[cb.Namespace+"/"+cb.Name] = b
-			h.broadcastLocked(encode("breaker", b))
-		},
-		lost: h.lost,
+		apply: h.applyBreaker,
+		lost:  h.lost,
 	}
 	return f.run(ctx)
+}
+
+// applyBreaker applies one change of a CircuitBreaker and sends it out.
+func (h *hub) applyBreaker(t watch.EventType, obj runtime.Object) {
+	cb, ok := obj.(*resiliencev1alpha1.CircuitBreaker)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	key := cb.Namespace + "/" + cb.Name
+	if t == watch.Deleted {
+		delete(h.breakers, key)
+		h.broadcastLocked(encode("deleted", map[string]string{"namespace": cb.Namespace, "name": cb.Name}))
+		return
+	}
+	b := breakerView(cb, h.now())
+	h.breakers[key] = b
+	h.broadcastLocked(encode("breaker", b))
 }
 
 func (h *hub) followEvents(ctx context.Context, c client.WithWatch) error {
@@ -199,6 +203,7 @@ func (h *hub) followEvents(ctx context.Context, c client.WithWatch) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.timeline = ts
+			h.stale = ""
 			h.broadcastLocked(h.snapshotLocked())
 		},
 		apply: func(typ watch.EventType, obj runtime.Object) {
