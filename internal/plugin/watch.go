@@ -263,7 +263,7 @@ func (v *watchView) colorize(table string, bs []Breaker, now time.Time) string {
 		}
 		b := bs[i]
 		st := stateText(b.State)
-		if color, ok := stateColors[b.State]; ok && col >= 0 && strings.HasPrefix(line[col:], st) {
+		if color, ok := stateColors[b.State]; ok && col >= 0 && col < len(line) && strings.HasPrefix(line[col:], st) {
 			line = line[:col] + color + st + ansiFgNone + line[col+len(st):]
 		}
 		key := b.Namespace + "/" + b.Name
