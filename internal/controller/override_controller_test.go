@@ -91,7 +91,9 @@ var _ = Describe("Overrides", func() {
 			_, err := restarted.Reconcile(ctx, reconcile.Request{NamespacedName: configMapKey(ns)})
 			Expect(err).NotTo(HaveOccurred())
 		}
-		Eventually(func() int32 { return occurrences(eventsFor(ctx, ns, "payments", resiliencev1alpha1.EventOverrideExpired)) }).Should(Equal(int32(1)))
+		Eventually(func() int32 {
+			return occurrences(eventsFor(ctx, ns, "payments", resiliencev1alpha1.EventOverrideExpired))
+		}).Should(Equal(int32(1)))
 		Consistently(func(g Gomega) {
 			g.Expect(occurrences(eventsFor(ctx, ns, "payments", resiliencev1alpha1.EventOverrideStarted))).To(Equal(int32(1)))
 			g.Expect(occurrences(eventsFor(ctx, ns, "payments", resiliencev1alpha1.EventOverrideExpired))).To(Equal(int32(1)))
@@ -122,7 +124,9 @@ var _ = Describe("Overrides", func() {
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Reason).To(Equal(resiliencev1alpha1.ReasonNoOverride))
 		}).Should(Succeed())
-		Eventually(func() int32 { return occurrences(eventsFor(ctx, ns, "search", resiliencev1alpha1.EventOverrideCancelled)) }).Should(Equal(int32(1)))
+		Eventually(func() int32 {
+			return occurrences(eventsFor(ctx, ns, "search", resiliencev1alpha1.EventOverrideCancelled))
+		}).Should(Equal(int32(1)))
 		Consistently(func(g Gomega) {
 			g.Expect(occurrences(eventsFor(ctx, ns, "search", resiliencev1alpha1.EventOverrideCancelled))).To(Equal(int32(1)))
 			g.Expect(eventsFor(ctx, ns, "search", resiliencev1alpha1.EventOverrideExpired)).To(BeEmpty())

@@ -43,7 +43,9 @@ var _ = Describe("CircuitBreaker overrides", func() {
 			Expect(causeFields(err)).To(ContainElement(field))
 			Expect(err.Error()).To(ContainSubstring(says))
 		},
-		Entry("until in the past", func() resiliencev1alpha1.CircuitBreakerSpec { return overrideSpec(time.Now().Add(-time.Minute), "INC-1") },
+		Entry("until in the past", func() resiliencev1alpha1.CircuitBreakerSpec {
+			return overrideSpec(time.Now().Add(-time.Minute), "INC-1")
+		},
 			"spec.override.until", "must be in the future"),
 		Entry("until more than 7 days ahead", func() resiliencev1alpha1.CircuitBreakerSpec {
 			return overrideSpec(time.Now().Add(resiliencev1alpha1.MaxOverrideDuration+time.Hour), "INC-1")
