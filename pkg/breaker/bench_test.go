@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 func benchBreaker(b *testing.B) *Breaker {
@@ -23,6 +24,52 @@ func BenchmarkExecuteClosed(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = br.Execute(ctx, succeed)
+	}
+}
+
+// BenchmarkExecuteClosedSlowCalls times every call for slow-call judging (§5.13): on the
+// coarse clock for a SlowCallDuration of 100ms or more, on the exact clock below that.
+func BenchmarkExecuteClosedSlowCalls(b *testing.B) {
+	for _, d := range []time.Duration{2 * time.Second, 10 * time.Millisecond} {
+		b.Run(d.String(), func(b *testing.B) {
+			p := DefaultPolicy()
+			p.SlowCallDuration = d
+			br, err := New("bench", p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = br.Execute(ctx, succeed)
+			}
+		})
+	}
+}
+
+// BenchmarkExecuteOpenBackedOff is the open short-circuit of a circuit in its third
+// backed-off open period.
+func BenchmarkExecuteOpenBackedOff(b *testing.B) {
+	p := DefaultPolicy()
+	p.MaxOpenTimeout = time.Hour
+	br, err := New("bench", p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	br.Trip()
+	br.Trip()
+	br.Trip()
+	if d, _ := br.RetryAfter(); d < 100*time.Second {
+		b.Fatalf("third open period lasts %v, want 2m0s", d)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	var e error
+	for b.Loop() {
+		e = br.Execute(ctx, succeed)
+	}
+	if !errors.Is(e, ErrOpen) {
+		b.Fatal(e)
 	}
 }
 

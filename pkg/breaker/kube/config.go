@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -176,9 +177,12 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 	if err != nil {
 		return breaker.Verdict{}, false
 	}
-	return breaker.Verdict{State: s, Since: c.Verdict.Since}, true
+	// An open verdict's period is the fleet's: every pod keeps it (DESIGN §5.13).
+	return breaker.Verdict{State: s, Since: c.Verdict.Since,
+		ConsecutiveOpens: c.Verdict.ConsecutiveOpens, OpenTimeout: time.Duration(c.Verdict.OpenTimeout)}, true
 }
 
 func sameVerdict(a, b breaker.Verdict) bool {
-	return a.State == b.State && a.Since.Equal(b.Since)
+	return a.State == b.State && a.Since.Equal(b.Since) &&
+		a.ConsecutiveOpens == b.ConsecutiveOpens && a.OpenTimeout == b.OpenTimeout
 }

@@ -167,3 +167,24 @@ func TestConfigNameMustMatchKey(t *testing.T) {
 		t.Errorf("parse: %v, want a refusal naming the key", err)
 	}
 }
+
+// TestFleetVerdictCarriesItsPeriod: the open period the operator renders with a fleet
+// verdict reaches the breaker, and a new period of the same open verdict is news.
+func TestFleetVerdictCarriesItsPeriod(t *testing.T) {
+	since := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := &breakerconfig.Config{Name: "b", Scope: breakerconfig.ScopeFleet, Verdict: &breakerconfig.Verdict{
+		State: breakerconfig.StateOpen, Since: since, ConsecutiveOpens: 3, OpenTimeout: breakerconfig.Duration(2 * time.Minute)}}
+	v, ok := fleetVerdict(c)
+	if !ok || v.State != breaker.Open || !v.Since.Equal(since) || v.ConsecutiveOpens != 3 || v.OpenTimeout != 2*time.Minute {
+		t.Fatalf("fleetVerdict = %+v, %v", v, ok)
+	}
+	next := v
+	next.ConsecutiveOpens, next.OpenTimeout = 4, 4*time.Minute
+	if sameVerdict(v, next) || !sameVerdict(v, v) {
+		t.Error("sameVerdict does not tell open periods apart")
+	}
+	c.Scope = breakerconfig.ScopePod
+	if _, ok := fleetVerdict(c); ok {
+		t.Error("a Pod-scoped config carried a fleet verdict")
+	}
+}

@@ -32,6 +32,7 @@ const (
 	KeyCause         = attribute.Key("circuit_breaker.cause")
 	KeyEvent         = attribute.Key("circuit_breaker.event")
 	KeyExceptionType = attribute.Key("exception.type")
+	KeyTrigger       = attribute.Key("circuit_breaker.trigger")
 )
 
 // Option configures an [Observer].
@@ -59,6 +60,7 @@ func WithPrefix(prefix string) Option {
 // An Observer is safe for concurrent use.
 type Observer struct {
 	calls, callbackFailures, fallbacks metric.Int64ObservableCounter
+	slowCalls                          metric.Int64ObservableCounter
 	transitions                        metric.Int64Counter
 	eventTimestamp                     metric.Float64Gauge
 	state, active, failures, successes metric.Int64ObservableGauge
@@ -109,8 +111,11 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.fallbacks, err = m.Int64ObservableCounter(name("breaker.fallbacks"), metric.WithUnit("{fallback}"),
 		metric.WithDescription("Fallbacks run by breaker.Call, by reason."))
 	add(err)
+	o.slowCalls, err = m.Int64ObservableCounter(name("breaker.slow_calls"), metric.WithUnit("{call}"),
+		metric.WithDescription("Calls that took at least the policy's slowCallDuration, by the state they ran in (only judged when it is set)."))
+	add(err)
 	o.transitions, err = m.Int64Counter(name("breaker.transitions"), metric.WithUnit("{transition}"),
-		metric.WithDescription("State transitions, by from and to state and by cause."))
+		metric.WithDescription("State transitions, by from and to state, by cause, and for an open on calls by trigger (failure_rate, slow_call_rate, failed_probe, slow_probe)."))
 	add(err)
 	o.eventTimestamp, err = m.Float64Gauge(name("breaker.event.timestamp"), metric.WithUnit("s"),
 		metric.WithDescription("Unix time of the last transition or half-open probe."))
@@ -131,7 +136,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	o.registration, err = m.RegisterCallback(o.observe,
-		o.calls, o.callbackFailures, o.fallbacks, o.state, o.active, o.failures, o.successes)
+		o.calls, o.callbackFailures, o.fallbacks, o.slowCalls, o.state, o.active, o.failures, o.successes)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +176,7 @@ type series struct {
 
 	calls     [4][3][3]cell // outcome, initial, final
 	fallbacks [3]cell
+	slow      [3]cell  // by the state the call ran in
 	failures  sync.Map // failKey → *cell, by error type
 
 	base        metric.ObserveOption
@@ -251,6 +257,9 @@ func newSeries(name string) *series {
 	for i, r := range reasons {
 		s.fallbacks[i].opt = observeOpt(n, KeyReason.String(r.String()))
 	}
+	for i, st := range states {
+		s.slow[i].opt = observeOpt(n, KeyState.String(st.String()))
+	}
 	for i, from := range states {
 		for j, to := range states {
 			for k, c := range causes {
@@ -313,7 +322,12 @@ func (o *Observer) OnTransition(t breaker.Transition) {
 			break
 		}
 	}
-	if inRange(t.Cause, len(causes)) {
+	switch {
+	case t.Trigger != breaker.TriggerNone && inRange(t.Cause, len(causes)):
+		// Rare (a circuit opening on its calls), so its attribute set is built here.
+		o.transitions.Add(bg, 1, addOpt(s.name, KeyFromState.String(t.From.String()), KeyToState.String(t.To.String()),
+			KeyCause.String(t.Cause.String()), KeyTrigger.String(t.Trigger.String()))...)
+	case inRange(t.Cause, len(causes)):
 		o.transitions.Add(bg, 1, s.transitions[t.From][t.To][t.Cause]...)
 	}
 	at := t.At
@@ -346,6 +360,9 @@ func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
 	s := o.get(ev.Breaker)
 	s.noteState(ev.Final)
 	s.calls[ev.Outcome][ev.Initial][ev.Final].n.Add(1)
+	if ev.Slow {
+		s.slow[ev.Initial].n.Add(1)
+	}
 	if ev.Outcome != breaker.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
 		s.failureCell(ev.Err, ev.Panicked, ev.Initial).n.Add(1)
 	}
@@ -401,6 +418,9 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 		}
 		for i := range s.fallbacks {
 			s.fallbacks[i].observe(obs, o.fallbacks)
+		}
+		for i := range s.slow {
+			s.slow[i].observe(obs, o.slowCalls)
 		}
 		s.failures.Range(func(_, c any) bool {
 			c.(*cell).observe(obs, o.callbackFailures)
