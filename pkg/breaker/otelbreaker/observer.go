@@ -170,6 +170,10 @@ type series struct {
 	// stateAt packs the last known state with the transition period it was reached in
 	// (period<<2 | state), so a transition delivered late cannot overwrite a newer one.
 	stateAt atomic.Uint64
+	// group: the series of a breaker Group's members, labelled with the Group's name. Its
+	// counters sum over the keys; it has no state (each key has its own, and the Group's
+	// is its Summary).
+	group bool
 	// started counts admitted calls; those in flight are started minus the admitted calls
 	// ended, which the calls cells count already, so ending a call costs one addition.
 	started atomic.Int64
@@ -286,22 +290,29 @@ func (o *Observer) get(name string) *series {
 	if e := slot.Load(); e != nil && e.data == data && e.len == len(name) {
 		return e.s // the same bytes: the same name
 	}
-	if s, ok := (*o.series.Load())[name]; ok {
+	// A Group's members ("<group>/<key>") share the Group's series: one per key would
+	// grow without bound with the keys, which a Group evicts and creates at will.
+	label, member := name, false
+	if g, _, ok := breaker.SplitKeyName(name); ok {
+		label, member = g, true
+	}
+	if s, ok := (*o.series.Load())[label]; ok {
 		slot.Store(&recentEntry{data: data, len: len(name), s: s})
 		return s
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	old := *o.series.Load()
-	if s, ok := old[name]; ok {
+	if s, ok := old[label]; ok {
 		return s
 	}
-	s := newSeries(name)
+	s := newSeries(label)
+	s.group = member
 	m := make(map[string]*series, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
-	m[name] = s
+	m[label] = s
 	o.series.Store(&m)
 	return s
 }
@@ -407,7 +418,9 @@ func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 // observe is the collection callback of the gauges.
 func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 	for _, s := range *o.series.Load() {
-		obs.ObserveInt64(o.state, int64(s.stateAt.Load()&3), s.base)
+		if !s.group {
+			obs.ObserveInt64(o.state, int64(s.stateAt.Load()&3), s.base)
+		}
 		obs.ObserveInt64(o.active, s.inFlight(), s.base)
 		for i := range s.calls {
 			for j := range s.calls[i] {

@@ -450,3 +450,38 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupMembersShareASeries: the breakers of a Group are labelled with the Group's
+// name, so the number of series does not grow with the keys.
+func TestGroupMembersShareASeries(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	obs, err := otelbreaker.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := breaker.NewGroup("hosts", breaker.DefaultPolicy(), breaker.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 50 {
+		_ = g.Execute(ctx, fmt.Sprintf("host-%d", i), succeed)
+	}
+	h := &harness{t: t, reader: reader}
+	got := h.collect()
+	if v := value(t, got, "breaker.calls", "circuit_breaker.name=hosts", "circuit_breaker.outcome=success"); v != 50 {
+		t.Errorf("calls of the Group = %v, want 50 in one series", v)
+	}
+	for n, pts := range got {
+		for _, p := range pts {
+			if strings.Contains(p.attrs, "host-") {
+				t.Errorf("%s{%s}: a series per key", n, p.attrs)
+			}
+		}
+	}
+	if _, ok := got["breaker.state"]; ok {
+		t.Errorf("a Group has a state gauge: %v", got["breaker.state"])
+	}
+}
