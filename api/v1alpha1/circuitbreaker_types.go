@@ -411,6 +411,9 @@ type CircuitBreakerStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Open Timeout",type=string,JSONPath=`.spec.openTimeout`,priority=10
+// +kubebuilder:printcolumn:name="Slow Call",type=string,JSONPath=`.spec.slowCallDuration`,priority=10,description="How long a call takes to count as slow"
+// +kubebuilder:printcolumn:name="Max Open",type=string,JSONPath=`.spec.maxOpenTimeout`,priority=10,description="The longest a backed-off open period lasts"
+// +kubebuilder:printcolumn:name="Opens",type=integer,JSONPath=`.status.consecutiveOpens`,priority=10,description="Consecutive open periods with no close in between"
 // +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`,priority=10
 // +kubebuilder:printcolumn:name="Failure Rate",type=integer,JSONPath=`.spec.failureRatePercent`,priority=10
 // +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -257,5 +258,142 @@ func TestAPIServerKeepsAReportsMilliseconds(t *testing.T) {
 	}
 	if len(got.Breakers) != 1 || got.Breakers[0].Since.UnixMilli()%1000 != 123 || got.Breakers[0].Reason != "Tripped" {
 		t.Errorf("stored report %+v, want the entry as written, milliseconds included", got.Breakers)
+	}
+}
+
+// causesNaming counts the causes of an Invalid error whose field or message names field.
+func causesNaming(err error, field string) int {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return 0
+	}
+	n := 0
+	for _, c := range status.Status().Details.Causes {
+		if strings.Contains(c.Field, field) || strings.Contains(c.Message, field) {
+			n++
+		}
+	}
+	return n
+}
+
+// The bounds of DESIGN §3 for slow calls and backoff, and each bad value reported once,
+// naming its field: a string that is no duration fails the pattern alone, not the CEL
+// bounds as well.
+func TestAPIServerSlowCallAndBackoffBounds(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		spec  map[string]any
+		field string
+	}{
+		{"slowCallDuration below 1ms", map[string]any{"slowCallDuration": "999us"}, "slowCallDuration"},
+		{"slowCallDuration above 1h", map[string]any{"slowCallDuration": "1h0m1s"}, "slowCallDuration"},
+		{"slowCallDuration not a duration", map[string]any{"slowCallDuration": "slow"}, "slowCallDuration"},
+		{"slowCallDuration negative", map[string]any{"slowCallDuration": "-1s"}, "slowCallDuration"},
+		{"slowCallDuration a number", map[string]any{"slowCallDuration": 2}, "slowCallDuration"},
+		{"slowCallRatePercent 0", map[string]any{"slowCallDuration": "1s", "slowCallRatePercent": 0}, "slowCallRatePercent"},
+		{"slowCallRatePercent 101", map[string]any{"slowCallDuration": "1s", "slowCallRatePercent": 101}, "slowCallRatePercent"},
+		{"maxOpenTimeout above 24h", map[string]any{"maxOpenTimeout": "24h0m1s"}, "maxOpenTimeout"},
+		{"maxOpenTimeout below the default openTimeout", map[string]any{"maxOpenTimeout": "10s"}, "maxOpenTimeout must be at least openTimeout"},
+		{"maxOpenTimeout below openTimeout", map[string]any{"openTimeout": "2m", "maxOpenTimeout": "1m59s"}, "maxOpenTimeout must be at least openTimeout"},
+		{"maxOpenTimeout not a duration", map[string]any{"maxOpenTimeout": "forever"}, "maxOpenTimeout"},
+		{"maxOpenTimeout with an openTimeout that is no duration", map[string]any{"openTimeout": "soon", "maxOpenTimeout": "1m"}, "openTimeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := breaker("invalid-slow", tc.spec)
+			err := k8sClient.Create(ctx, obj)
+			if err == nil {
+				_ = k8sClient.Delete(ctx, obj)
+				t.Fatalf("API server accepted spec %v", tc.spec)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want Invalid, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("message does not name %s: %v", tc.field, err)
+			}
+			if n := causesNaming(err, tc.field); n != 1 {
+				t.Errorf("%d causes name %s, want it reported once: %v", n, tc.field, err)
+			}
+		})
+	}
+
+	for i, spec := range []map[string]any{
+		{"slowCallDuration": "1ms", "slowCallRatePercent": 1},
+		{"slowCallDuration": "1h", "slowCallRatePercent": 100},
+		{"slowCallDuration": "1.5s", "maxOpenTimeout": "30s"},
+		{"openTimeout": "1s", "maxOpenTimeout": "24h"},
+		{"openTimeout": "24h", "maxOpenTimeout": "24h"},
+		{"slowCallRatePercent": 40},
+	} {
+		obj := breaker(fmt.Sprintf("slow-bounds-%d", i), spec)
+		if err := k8sClient.Create(ctx, obj); err != nil {
+			t.Errorf("spec %v refused: %v", spec, err)
+			continue
+		}
+		_ = k8sClient.Delete(ctx, obj)
+	}
+
+	obj := breaker("slow-defaults", map[string]any{})
+	if err := k8sClient.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = k8sClient.Delete(ctx, obj) }()
+	var got resiliencev1alpha1.CircuitBreaker
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Spec; s.SlowCallDuration != nil || s.MaxOpenTimeout != nil || s.SlowCallRatePercent == nil || *s.SlowCallRatePercent != 100 {
+		t.Errorf("defaults: slowCallDuration %v maxOpenTimeout %v slowCallRatePercent %v, want unset, unset, 100",
+			s.SlowCallDuration, s.MaxOpenTimeout, s.SlowCallRatePercent)
+	}
+}
+
+// A report's slow-call, backoff and Group fields: their bounds, and a full entry stored
+// as written.
+func TestAPIServerReportsSlowCallsBackoffAndGroups(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		change func(map[string]any)
+		field  string
+	}{
+		{"trigger unknown", func(e map[string]any) { e["trigger"] = "BadVibes" }, "breakers[0].trigger"},
+		{"slowCallRatePercent 101", func(e map[string]any) { e["slowCallRatePercent"] = 101 }, "breakers[0].slowCallRatePercent"},
+		{"consecutiveOpens negative", func(e map[string]any) { e["consecutiveOpens"] = -1 }, "breakers[0].consecutiveOpens"},
+		{"keys.open negative", func(e map[string]any) { e["keys"] = map[string]any{"keys": 3, "open": -1, "halfOpen": 0} }, "breakers[0].keys.open"},
+		{"keys.worst more than 5", func(e map[string]any) {
+			e["keys"] = map[string]any{"keys": 9, "open": 6, "halfOpen": 0, "worst": []any{"a", "b", "c", "d", "e", "f"}}
+		}, "breakers[0].keys.worst"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := report("bad-slow-report", reportEntry(tc.change))
+			err := k8sClient.Create(ctx, obj)
+			if err == nil {
+				_ = k8sClient.Delete(ctx, obj)
+				t.Fatal("API server accepted the report")
+			}
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("want Invalid naming %s, got %v", tc.field, err)
+			}
+		})
+	}
+
+	obj := report("slow-report", reportEntry(func(e map[string]any) {
+		e["trigger"], e["slowCallRatePercent"], e["consecutiveOpens"], e["openTimeout"] = "SlowCallRate", 85, 3, "2m0s"
+		e["keys"] = map[string]any{"keys": 40, "open": 2, "halfOpen": 1, "worst": []any{"api.example.com", "cdn.example.com"}}
+	}))
+	if err := k8sClient.Create(ctx, obj); err != nil {
+		t.Fatalf("a valid report refused: %v", err)
+	}
+	defer func() { _ = k8sClient.Delete(ctx, obj) }()
+	var got resiliencev1alpha1.BreakerReport
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
+		t.Fatal(err)
+	}
+	e := got.Breakers[0]
+	if e.Trigger != "SlowCallRate" || e.SlowCallRatePercent == nil || *e.SlowCallRatePercent != 85 || e.ConsecutiveOpens != 3 ||
+		e.OpenTimeout == nil || e.OpenTimeout.Duration.String() != "2m0s" || e.Keys == nil || e.Keys.Keys != 40 || len(e.Keys.Worst) != 2 {
+		t.Errorf("stored entry %+v, want it as written", e)
 	}
 }

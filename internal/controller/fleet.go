@@ -32,6 +32,9 @@ type fleetDecision struct {
 //     is about another breaker of that name, and counts for nothing either.
 //   - The fleet opens once earned Opens reach the quorum. Its open period starts when the
 //     most recent quorum of them was complete: the need-th most recent Open.
+//   - The open period (DESIGN §5.13) is the one of the Open that started it: the pod that
+//     opened counted its consecutive opens, the fleet's verdicts it adopted among them, and
+//     backed its period off, so the fleet's k-th consecutive open lasts what §5.13 says.
 //   - The first earned Closed after that start closes it; the Closed verdict is published
 //     while some pod is still not closed, so that every pod's open period ends with it.
 //     A pod refuses a Closed verdict older than its own open period.
@@ -64,10 +67,11 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 		return cmp.Or(b.since.Compare(a.since), cmp.Compare(a.pod, b.pod))
 	})
 	if len(d.openers) >= d.need {
-		openedAt := d.openers[d.need-1].since
-		if !closedAt.After(openedAt) {
+		started := d.openers[d.need-1]
+		if !closedAt.After(started.since) {
 			d.open = true
-			d.verdict = &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: openedAt.UTC()}
+			d.verdict = &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: started.since.UTC()}
+			setOpenPeriod(d.verdict, started.entry)
 			return d
 		}
 	}
@@ -75,4 +79,16 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 		d.verdict = &breakerconfig.Verdict{State: breakerconfig.StateClosed, Since: closedAt.UTC()}
 	}
 	return d
+}
+
+// setOpenPeriod gives an Open verdict the open period of the report that started it. A
+// report that does not carry one (an agent that predates backoff) gives none, and the pods
+// then keep their own policy's.
+func setOpenPeriod(v *breakerconfig.Verdict, e resiliencev1alpha1.BreakerReportEntry) {
+	if e.ConsecutiveOpens > 0 {
+		v.ConsecutiveOpens = int(e.ConsecutiveOpens)
+	}
+	if e.OpenTimeout != nil && e.OpenTimeout.Duration > 0 {
+		v.OpenTimeout = breakerconfig.Duration(e.OpenTimeout.Duration)
+	}
 }

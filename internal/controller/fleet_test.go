@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -46,6 +47,55 @@ var _ = Describe("Fleet verdicts from BreakerReports", func() {
 			g.Expect(condition(getBreaker(g, ctx, ns, name), "Open").Status).To(Equal(status))
 		}
 	}
+
+	It("publishes the open period of the Open that started the fleet's, shows it and says so on a re-open", func(ctx SpecContext) {
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "backoff", fleet(0), func(s *resiliencev1alpha1.CircuitBreakerSpec) {
+			s.OpenTimeout, s.MaxOpenTimeout = &metav1.Duration{Duration: time.Second}, &metav1.Duration{Duration: time.Minute}
+			s.SlowCallDuration = &metav1.Duration{Duration: 2 * time.Second}
+		}))).To(Succeed())
+		withPeriod := func(e breakerconfig.ReportEntry, k int32, d time.Duration, trigger string) breakerconfig.ReportEntry {
+			period := breakerconfig.Duration(d)
+			e.ConsecutiveOpens, e.OpenTimeout, e.Trigger = k, &period, trigger
+			return e
+		}
+		first := withPeriod(entry("backoff", "Open", "Tripped", time.Now(), 1), 1, time.Second, breakerconfig.TriggerSlowCallRate)
+		first.Calls, first.FailureRatePercent, first.SlowCallRatePercent = ptr.To[int64](20), ptr.To[int32](0), ptr.To[int32](85)
+		reports(ctx, ns, "p0", first)
+		reports(ctx, ns, "p1", entry("backoff", "Closed", "Started", time.Now(), 1))
+		Eventually(func(g Gomega) {
+			v, ok := published(g, ctx, ns, "backoff")["verdict"].(map[string]any)
+			g.Expect(ok).To(BeTrue())
+			g.Expect(v).To(HaveKeyWithValue("consecutiveOpens", BeEquivalentTo(1)))
+			g.Expect(v).To(HaveKeyWithValue("openTimeout", "1s"))
+			cb := getBreaker(g, ctx, ns, "backoff")
+			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateOpen))
+			g.Expect(cb.Status.ConsecutiveOpens).To(BeEquivalentTo(1))
+			g.Expect(cb.Status.OpenTimeout).To(Equal(&metav1.Duration{Duration: time.Second}))
+			g.Expect(condition(cb, "Open").Message).To(ContainSubstring("p0: slow-call rate 85% of 20 calls (slow: 2s or longer)"))
+			g.Expect(listedPods(cb)).To(HaveExactElements("p0", "p1"))
+			g.Expect(cb.Status.Members[0].Trigger).To(Equal("SlowCallRate"))
+			g.Expect(cb.Status.Members[0].SlowCallRatePercent).To(Equal(ptr.To[int32](85)))
+		}).Should(Succeed())
+		Eventually(func() []string { return eventNotes(ctx, ns, "backoff", "CircuitOpened") }).Should(
+			ConsistOf(ContainSubstring("p0: slow-call rate 85% of 20 calls")))
+
+		By("p1's probe, after the period, failed: the fleet's second consecutive open")
+		reports(ctx, ns, "p0", withPeriod(entry("backoff", "HalfOpen", "TimedOut", time.Now(), 1), 1, time.Second, ""))
+		reports(ctx, ns, "p1", withPeriod(entry("backoff", "Open", "ProbeFailed", time.Now(), 1), 2, 2*time.Second, breakerconfig.TriggerSlowProbe))
+		Eventually(func(g Gomega) {
+			v, ok := published(g, ctx, ns, "backoff")["verdict"].(map[string]any)
+			g.Expect(ok).To(BeTrue())
+			g.Expect(v).To(HaveKeyWithValue("consecutiveOpens", BeEquivalentTo(2)))
+			g.Expect(v).To(HaveKeyWithValue("openTimeout", "2s"))
+			cb := getBreaker(g, ctx, ns, "backoff")
+			g.Expect(cb.Status.ConsecutiveOpens).To(BeEquivalentTo(2))
+			g.Expect(cb.Status.OpenTimeout).To(Equal(&metav1.Duration{Duration: 2 * time.Second}))
+			g.Expect(condition(cb, "Open").Message).To(HaveSuffix("p1: a probe was slow (slow: 2s or longer). Open for 2s, the 2nd consecutive open"))
+		}).Should(Succeed())
+		Eventually(func() []string { return eventNotes(ctx, ns, "backoff", "CircuitOpened") }).Should(ConsistOf(
+			ContainSubstring("p0: slow-call rate 85% of 20 calls"),
+			ContainSubstring("Open for 2s, the 2nd consecutive open")))
+	})
 
 	It("is moved only by what pods earned: not by fresh pods, only by probes after the open", func(ctx SpecContext) {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "fleet", fleet(0)))).To(Succeed())
@@ -245,3 +295,111 @@ var _ = Describe("Fleet verdicts from BreakerReports", func() {
 		Eventually(expectOpen(ctx, "all", metav1.ConditionTrue)).Should(Succeed())
 	})
 })
+
+// openedK is a pod's earned Open at t0+offset that was its k-th consecutive open, lasting
+// period, as an agent that backs off reports it.
+func openedK(pod, reason string, offset time.Duration, k int32, period time.Duration) member {
+	m := at(pod, open, reason, offset)
+	m.entry.ConsecutiveOpens, m.entry.OpenTimeout = k, &metav1.Duration{Duration: period}
+	return m
+}
+
+// backedOff is DESIGN §5.13's k-th open period.
+func backedOff(k int, openTimeout, maxOpenTimeout time.Duration) time.Duration {
+	d := openTimeout
+	for range k - 1 {
+		d *= 2
+		if d >= maxOpenTimeout {
+			return maxOpenTimeout
+		}
+	}
+	return min(d, maxOpenTimeout)
+}
+
+// A fleet that keeps failing its probes backs off as one (DESIGN §5.13): the k-th
+// consecutive fleet open carries min(openTimeout×2^(k-1), maxOpenTimeout), taken from the
+// pod whose failed probe started it, whichever pod that is, while the pods that only
+// adopted the verdicts before report nothing that moves it.
+func TestDecideFleetBacksOffAcrossTheFleet(t *testing.T) {
+	const openTimeout, maxOpenTimeout = time.Second, 10 * time.Second
+	pods := []string{"a", "b", "c", "d"}
+	var history []member // each pod's latest line
+	for i, p := range pods {
+		history = append(history, at(p, closed, started, time.Duration(i)*time.Millisecond))
+	}
+	offset := time.Second
+	for k := 1; k <= 7; k++ {
+		want := backedOff(k, openTimeout, maxOpenTimeout)
+		reason := failed
+		if k == 1 {
+			reason = tripped
+		}
+		// Pod k mod 4 earns the open; every other pod adopted the previous verdict and then
+		// timed out into half-open, none of which moves the fleet.
+		opener := k % len(pods)
+		for i, p := range pods {
+			if i == opener {
+				history[i] = openedK(p, reason, offset, int32(k), want)
+				continue
+			}
+			m := at(p, halfOpen, timedOut, offset-time.Millisecond)
+			m.entry.ConsecutiveOpens, m.entry.OpenTimeout = int32(k-1), &metav1.Duration{Duration: backedOff(max(k-1, 1), openTimeout, maxOpenTimeout)}
+			history[i] = m
+		}
+		d := decideFleet(fleetBreaker(0), history)
+		v := d.verdict
+		if !d.open || v == nil || v.State != breakerconfig.StateOpen || !v.Since.Equal(t0.Add(offset)) {
+			t.Fatalf("open %d: decision open=%v verdict %+v, want Open since t0+%s", k, d.open, v, offset)
+		}
+		if v.ConsecutiveOpens != k || time.Duration(v.OpenTimeout) != want {
+			t.Errorf("open %d: verdict carries k=%d period %s, want k=%d period %s", k, v.ConsecutiveOpens, time.Duration(v.OpenTimeout), k, want)
+		}
+		offset += want + 100*time.Millisecond
+	}
+	if got := backedOff(3, openTimeout, maxOpenTimeout); got != 4*time.Second {
+		t.Errorf("the test's own §5.13: third period %s, want 4s", got)
+	}
+}
+
+// With a quorum, the open period is the one of the Open that completed the quorum: the
+// fleet's open period starts there, so its length is that report's too.
+func TestDecideFleetOpenPeriodFromTheOpenThatStartedIt(t *testing.T) {
+	s := time.Second
+	opens := []member{
+		openedK("w", tripped, 1*s, 1, 30*s),
+		openedK("x", failed, 5*s, 2, 60*s),
+		openedK("y", tripped, 6*s, 1, 30*s),
+	}
+	members := append(closedPods("p", 7), opens...)
+	d := decideFleet(fleetBreaker(30), members)
+	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(1*s)) || v.ConsecutiveOpens != 1 || time.Duration(v.OpenTimeout) != 30*s {
+		t.Errorf("verdict %+v, want w's: since t0+1s, k=1, 30s", v)
+	}
+	// A closed pod earns the fourth Open of ten: the quorum of 3 was complete at x's.
+	members = append(append(closedPods("p", 6), opens...), openedK("z", failed, 7*s, 3, 2*time.Minute))
+	d = decideFleet(fleetBreaker(30), members)
+	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(5*s)) || v.ConsecutiveOpens != 2 || time.Duration(v.OpenTimeout) != 60*s {
+		t.Errorf("verdict %+v, want x's: since t0+5s, k=2, 1m", v)
+	}
+}
+
+// Reports without an open period (an agent from before backoff) give a verdict without
+// one, and the pods keep their own policy's; a Closed verdict never carries one.
+func TestDecideFleetWithoutOpenPeriods(t *testing.T) {
+	d := decideFleet(fleetBreaker(0), []member{at("x", open, tripped, 5*time.Second)})
+	if v := d.verdict; v == nil || v.ConsecutiveOpens != 0 || v.OpenTimeout != 0 {
+		t.Errorf("verdict %+v, want Open with no period", v)
+	}
+	d = decideFleet(fleetBreaker(0), []member{openedK("x", tripped, 5*time.Second, 2, 2*time.Second), at("y", closed, succeeded, 9*time.Second)})
+	if v := d.verdict; v == nil || v.State != breakerconfig.StateClosed || v.ConsecutiveOpens != 0 || v.OpenTimeout != 0 {
+		t.Errorf("verdict %+v, want Closed with no period", v)
+	}
+	c, err := render(fleetBreaker(0), d.verdict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := breakerconfig.Marshal(c)
+	if back, err := breakerconfig.Parse(doc); err != nil || back.Verdict.ConsecutiveOpens != 0 || back.Verdict.OpenTimeout != 0 {
+		t.Errorf("rendered verdict %+v, %v", back.Verdict, err)
+	}
+}

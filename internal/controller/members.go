@@ -27,6 +27,12 @@ type breakerView struct {
 	opener *member
 	// forced: a Fleet breaker is open because its mode holds it open, not by a verdict.
 	forced bool
+	// consecutiveOpens and openTimeout are the open period (DESIGN §5.13): the fleet
+	// verdict's for scope Fleet, the longest any pod reports for scope Pod.
+	consecutiveOpens int32
+	openTimeout      *metav1.Duration
+	// keys adds up the pods' breaker Groups; nil when no pod reports a Group.
+	keys *resiliencev1alpha1.KeySummary
 }
 
 // severity orders member states for a Pod-scope breaker's overall state: one open pod
@@ -74,11 +80,22 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 		if severity(m.entry.State) > severity(state) {
 			state = m.entry.State
 		}
+		v.consecutiveOpens = max(v.consecutiveOpens, m.entry.ConsecutiveOpens)
+		if t := m.entry.OpenTimeout; t != nil && (v.openTimeout == nil || t.Duration > v.openTimeout.Duration) {
+			v.openTimeout = &metav1.Duration{Duration: t.Duration}
+		}
 	}
 	slices.Sort(v.rejected)
 	if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
 		d := decideFleet(cb, members)
 		v.fleet = &d
+		v.consecutiveOpens, v.openTimeout = 0, nil
+		if d.open {
+			v.consecutiveOpens = int32(d.verdict.ConsecutiveOpens)
+			if d.verdict.OpenTimeout > 0 {
+				v.openTimeout = &metav1.Duration{Duration: time.Duration(d.verdict.OpenTimeout)}
+			}
+		}
 		switch {
 		case d.open:
 			state = resiliencev1alpha1.StateOpen
@@ -91,7 +108,42 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 	}
 	v.state, v.counts = state, counts
 	v.listed = listed(cb, members)
+	v.keys = aggregateKeys(members)
 	return v
+}
+
+// aggregateKeys adds up the breaker Groups the members report: keys is the most any pod
+// holds (pods hold the keys their own traffic made), open and halfOpen are summed over the
+// pods, and worst names the keys that are not closed in the most pods, then by name. nil
+// when no member reports a Group.
+func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
+	var sum *resiliencev1alpha1.KeySummary
+	inPods := map[string]int{}
+	for i := range members {
+		k := members[i].entry.Keys
+		if k == nil {
+			continue
+		}
+		if sum == nil {
+			sum = &resiliencev1alpha1.KeySummary{}
+		}
+		sum.Keys = max(sum.Keys, k.Keys)
+		sum.Open += k.Open
+		sum.HalfOpen += k.HalfOpen
+		for _, key := range k.Worst {
+			inPods[key]++
+		}
+	}
+	if sum == nil || len(inPods) == 0 {
+		return sum
+	}
+	worst := make([]string, 0, len(inPods))
+	for key := range inPods {
+		worst = append(worst, key)
+	}
+	slices.SortFunc(worst, func(a, b string) int { return cmp.Or(cmp.Compare(inPods[b], inPods[a]), cmp.Compare(a, b)) })
+	sum.Worst = worst[:min(len(worst), breakerconfig.MaxWorstKeys)]
+	return sum
 }
 
 // earnedFirst orders open members for naming the one that opened a Pod-scope breaker: the
@@ -147,18 +199,35 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 			// Whole seconds, as the API server stores a metav1.Time: a report's
 			// milliseconds kept here would make every stored status differ from the
 			// one computed again, and every reconcile patch it.
-			Since:              metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
-			Reason:             m.entry.Reason,
-			FailureRatePercent: m.entry.FailureRatePercent,
-			Calls:              m.entry.Calls,
-			ConfigGeneration:   m.entry.ConfigGeneration,
-			ConfigError:        m.entry.ConfigError,
+			Since:  metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
+			Reason: m.entry.Reason,
+			// Copies: the reports are the cache's own objects, and the status patch
+			// decodes the API server's answer into these pointers.
+			FailureRatePercent:  clone(m.entry.FailureRatePercent),
+			Calls:               clone(m.entry.Calls),
+			SlowCallRatePercent: clone(m.entry.SlowCallRatePercent),
+			Trigger:             m.entry.Trigger,
+			ConsecutiveOpens:    m.entry.ConsecutiveOpens,
+			OpenTimeout:         clone(m.entry.OpenTimeout),
+			Keys:                m.entry.Keys.DeepCopy(),
+			ConfigGeneration:    m.entry.ConfigGeneration,
+			ConfigError:         m.entry.ConfigError,
 		})
 	}
 	return out
 }
 
-// openedMessage describes who opened the breaker and on what evidence.
+// clone returns a copy of *p, or nil.
+func clone[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
+
+// openedMessage describes who opened the breaker, on what evidence, and for how long when
+// the open period is backed off.
 func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
 	if d := v.fleet; d != nil {
 		if v.forced {
@@ -170,17 +239,18 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		openers := d.openers[:d.need]
 		pods := make([]string, len(openers))
 		for i, m := range openers {
-			pods[i] = m.pod + evidence(m)
+			pods[i] = m.pod + evidence(cb, m)
 		}
 		return fmt.Sprintf("The fleet is open since %s: %d of %d pods opened on their own evidence (quorum %d%%): %s",
 			openers[len(openers)-1].since.UTC().Format(time.RFC3339), len(d.openers), v.counts.Reporting,
-			int32Or(cb.Spec.FleetQuorumPercent, 0), joinLimited(pods))
+			int32Or(cb.Spec.FleetQuorumPercent, 0), joinLimited(pods)) + openPeriod(v.consecutiveOpens, v.openTimeout)
 	}
 	m := v.opener
 	if m == nil {
 		return "The circuit is open"
 	}
-	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", m.pod, m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(*m))
+	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", m.pod, m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(cb, *m)) +
+		openPeriod(m.entry.ConsecutiveOpens, m.entry.OpenTimeout)
 }
 
 // halfOpenedMessage says why the breaker is half-open, for its CircuitHalfOpened Event.
@@ -214,11 +284,57 @@ func fleetProgress(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		len(v.fleet.openers), v.counts.Reporting, int32Or(cb.Spec.FleetQuorumPercent, 0), v.fleet.need)
 }
 
-func evidence(m member) string {
-	if m.entry.FailureRatePercent == nil || m.entry.Calls == nil {
+// evidence says what in the member's calls opened its circuit: the failure rate or the
+// slow-call rate of its window with the figures, or the probe that failed or was slow.
+func evidence(cb *resiliencev1alpha1.CircuitBreaker, m member) string {
+	e := m.entry
+	switch e.Trigger {
+	case breakerconfig.TriggerSlowCallRate:
+		if e.SlowCallRatePercent != nil && e.Calls != nil {
+			return fmt.Sprintf(": slow-call rate %d%% of %d calls (%s)", *e.SlowCallRatePercent, *e.Calls, slowCalls(cb))
+		}
+		return ": slow-call rate (" + slowCalls(cb) + ")"
+	case breakerconfig.TriggerFailedProbe:
+		return ": a probe failed"
+	case breakerconfig.TriggerSlowProbe:
+		return ": a probe was slow (" + slowCalls(cb) + ")"
+	}
+	if e.FailureRatePercent == nil || e.Calls == nil {
 		return ""
 	}
-	return fmt.Sprintf(": %d%% of %d calls failed", *m.entry.FailureRatePercent, *m.entry.Calls)
+	return fmt.Sprintf(": %d%% of %d calls failed", *e.FailureRatePercent, *e.Calls)
+}
+
+// slowCalls says what a slow call is under cb's current spec.
+func slowCalls(cb *resiliencev1alpha1.CircuitBreaker) string {
+	if d := cb.Spec.SlowCallDuration; d != nil {
+		return "slow: " + d.Duration.String() + " or longer"
+	}
+	return "slow calls"
+}
+
+// openPeriod says how long a backed-off open period lasts (DESIGN §5.13), and nothing for
+// a first open, whose period is openTimeout.
+func openPeriod(consecutiveOpens int32, openTimeout *metav1.Duration) string {
+	if consecutiveOpens < 2 || openTimeout == nil {
+		return ""
+	}
+	return fmt.Sprintf(". Open for %s, the %s consecutive open", openTimeout.Duration, ordinal(consecutiveOpens))
+}
+
+// ordinal spells n as "1st", "2nd", "3rd", "11th", ...
+func ordinal(n int32) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
 }
 
 // maxListed is how many pods a condition message or Event names before "and N more".

@@ -312,6 +312,20 @@ func TestConditionMessages(t *testing.T) {
 		return m
 	}
 	podScope := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1}}
+	slowScope := podScope.DeepCopy()
+	slowScope.Spec.SlowCallDuration = &metav1.Duration{Duration: 2 * time.Second}
+	slowFleet := fleetBreaker(0)
+	slowFleet.Spec.SlowCallDuration = &metav1.Duration{Duration: 250 * time.Millisecond}
+	slowly := func(m member) member {
+		m.entry.Trigger = breakerconfig.TriggerSlowCallRate
+		m.entry.SlowCallRatePercent, m.entry.FailureRatePercent, m.entry.Calls = ptr.To[int32](85), ptr.To[int32](0), ptr.To[int64](20)
+		return m
+	}
+	backedOff := func(k int32, d time.Duration, m member) member {
+		m.entry.ConsecutiveOpens, m.entry.OpenTimeout = k, &metav1.Duration{Duration: d}
+		return m
+	}
+	trigger := func(tr string, m member) member { m.entry.Trigger = tr; return m }
 	tenPods := func(opens ...member) []member { return append(closedPods("p", 10-len(opens)), opens...) }
 	for _, tc := range []struct {
 		name                          string
@@ -332,6 +346,26 @@ func TestConditionMessages(t *testing.T) {
 			[]member{at("no-evidence", open, tripped, 0), withEvidence(at("web-7d9f", open, tripped, 0)), at("other", closed, started, 9*s)},
 			metav1.ConditionTrue, "CircuitOpen", "Pod web-7d9f opened the circuit at 2026-11-29T12:00:00Z (Tripped): 55% of 40 calls failed",
 			metav1.ConditionTrue, "AllMembersApplied", "All 3 pods run generation 1"},
+		{"Pod scope: a slow-call trip says so, with the rate and what is slow", slowScope,
+			[]member{slowly(at("web-1", open, tripped, 0)), at("web-2", closed, started, 0)},
+			metav1.ConditionTrue, "CircuitOpen", "Pod web-1 opened the circuit at 2026-11-29T12:00:00Z (Tripped): slow-call rate 85% of 20 calls (slow: 2s or longer)",
+			metav1.ConditionTrue, "AllMembersApplied", "All 2 pods run generation 1"},
+		{"Pod scope: a failure-rate trip", podScope,
+			[]member{trigger(breakerconfig.TriggerFailureRate, withEvidence(at("web-1", open, tripped, 0)))},
+			metav1.ConditionTrue, "CircuitOpen", "Pod web-1 opened the circuit at 2026-11-29T12:00:00Z (Tripped): 55% of 40 calls failed",
+			metav1.ConditionTrue, "AllMembersApplied", "All 1 pods run generation 1"},
+		{"Pod scope: a slow probe, backed off", slowScope,
+			[]member{backedOff(3, 2*time.Minute, trigger(breakerconfig.TriggerSlowProbe, at("web-1", open, failed, 0)))},
+			metav1.ConditionTrue, "CircuitOpen", "Pod web-1 opened the circuit at 2026-11-29T12:00:00Z (ProbeFailed): a probe was slow (slow: 2s or longer). Open for 2m0s, the 3rd consecutive open",
+			metav1.ConditionTrue, "AllMembersApplied", "All 1 pods run generation 1"},
+		{"Pod scope: a failed probe, a first open says no period", podScope,
+			[]member{backedOff(1, 30*time.Second, trigger(breakerconfig.TriggerFailedProbe, at("web-1", open, failed, 0)))},
+			metav1.ConditionTrue, "CircuitOpen", "Pod web-1 opened the circuit at 2026-11-29T12:00:00Z (ProbeFailed): a probe failed",
+			metav1.ConditionTrue, "AllMembersApplied", "All 1 pods run generation 1"},
+		{"Fleet: a slow-call trip and the verdict's backed-off period", slowFleet,
+			[]member{backedOff(2, 2*time.Second, slowly(at("x", open, failed, 5*s))), backedOff(1, time.Second, at("y", open, adopted, 1*s))},
+			metav1.ConditionTrue, "CircuitOpen", "The fleet is open since 2026-11-29T12:00:05Z: 1 of 2 pods opened on their own evidence (quorum 0%): x: slow-call rate 85% of 20 calls (slow: 250ms or longer). Open for 2s, the 2nd consecutive open",
+			metav1.ConditionTrue, "AllMembersApplied", "All 2 pods run generation 1"},
 		{"half-open", podScope, []member{at("a", halfOpen, timedOut, 0)},
 			metav1.ConditionFalse, "CircuitHalfOpen", "Probing whether the dependency is back",
 			metav1.ConditionTrue, "AllMembersApplied", "All 1 pods run generation 1"},
@@ -421,5 +455,102 @@ func TestTheOpenerDoesNotDependOnTheOrderOfReports(t *testing.T) {
 	}
 	if !strings.HasPrefix(want, "Pod a opened") {
 		t.Errorf("%q, want the first pod by name among equals", want)
+	}
+}
+
+func TestOrdinal(t *testing.T) {
+	for n, want := range map[int32]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 101: "101st", 111: "111th"} {
+		if got := ordinal(n); got != want {
+			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// The open period on the aggregate: a Fleet breaker shows its verdict's, a Pod one the
+// longest any pod reports; members carry their own lines whole.
+func TestAggregateOpenPeriodAndMemberFields(t *testing.T) {
+	period := func(k int32, d time.Duration, m member) member {
+		m.entry.ConsecutiveOpens, m.entry.OpenTimeout = k, &metav1.Duration{Duration: d}
+		return m
+	}
+	slow := period(3, 4*time.Second, at("a", open, failed, 5*time.Second))
+	slow.entry.Trigger, slow.entry.SlowCallRatePercent, slow.entry.Calls = breakerconfig.TriggerSlowCallRate, ptr.To[int32](90), ptr.To[int64](10)
+	members := []member{slow, period(2, 2*time.Second, at("b", halfOpen, timedOut, 4*time.Second)), at("c", closed, started, 0)}
+
+	podScope := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1}}
+	v := aggregate(podScope, members)
+	if v.consecutiveOpens != 3 || v.openTimeout == nil || v.openTimeout.Duration != 4*time.Second {
+		t.Errorf("Pod scope: %d %v, want the most any pod reports, 3 and 4s", v.consecutiveOpens, v.openTimeout)
+	}
+	l := v.listed[0]
+	if l.Pod != "a" || l.Trigger != "SlowCallRate" || l.SlowCallRatePercent == nil || *l.SlowCallRatePercent != 90 ||
+		l.ConsecutiveOpens != 3 || l.OpenTimeout == nil || l.OpenTimeout.Duration != 4*time.Second {
+		t.Errorf("listed member %+v, want a's whole line", l)
+	}
+	if l.OpenTimeout == members[0].entry.OpenTimeout || l.SlowCallRatePercent == members[0].entry.SlowCallRatePercent {
+		t.Error("status.members shares pointers with the reports, which are the cache's")
+	}
+
+	// The fleet opened on b's earlier failed probe (k=2) and a's later one (k=3): the
+	// verdict, and so the status, is a's.
+	fleetMembers := []member{members[0], period(2, 2*time.Second, at("b", open, failed, 1*time.Second)), at("c", open, adopted, 5*time.Second)}
+	v = aggregate(fleetBreaker(0), fleetMembers)
+	if v.state != open || v.consecutiveOpens != 3 || v.openTimeout == nil || v.openTimeout.Duration != 4*time.Second {
+		t.Errorf("Fleet: %s %d %v, want Open, the verdict's 3 and 4s", v.state, v.consecutiveOpens, v.openTimeout)
+	}
+	// Closed by probes: no open period, whatever a straggler still reports.
+	v = aggregate(fleetBreaker(0), []member{members[0], at("b", closed, succeeded, 9*time.Second)})
+	if v.consecutiveOpens != 0 || v.openTimeout != nil {
+		t.Errorf("Fleet closed by probes: %d %v, want none", v.consecutiveOpens, v.openTimeout)
+	}
+
+	cb := fleetBreaker(0)
+	desired := desiredStatus(outcome{breaker: cb}, aggregate(cb, fleetMembers))
+	if desired.Status.ConsecutiveOpens != 3 || desired.Status.OpenTimeout.Duration != 4*time.Second {
+		t.Errorf("status %d %v", desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout)
+	}
+}
+
+// A breaker Group is one line per pod; the status adds the lines up.
+func TestAggregateKeys(t *testing.T) {
+	group := func(pod string, keys, open, halfOpen int32, worst ...string) member {
+		m := at(pod, closed, started, 0)
+		m.entry.Keys = &resiliencev1alpha1.KeySummary{Keys: keys, Open: open, HalfOpen: halfOpen, Worst: worst}
+		return m
+	}
+	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1}}
+	if v := aggregate(cb, closedPods("p", 3)); v.keys != nil {
+		t.Errorf("no Group: keys %+v, want none", v.keys)
+	}
+	members := []member{
+		group("a", 40, 3, 1, "h1", "h2", "h3", "h9"),
+		group("b", 55, 2, 0, "h2", "h3"),
+		group("c", 12, 0, 0),
+		group("d", 30, 4, 2, "h3", "h4", "h5", "h6", "h7"),
+		at("e", closed, started, 0), // a pod whose agent predates Groups
+	}
+	v := aggregate(cb, members)
+	want := resiliencev1alpha1.KeySummary{Keys: 55, Open: 9, HalfOpen: 3, Worst: []string{"h3", "h2", "h1", "h4", "h5"}}
+	if v.keys == nil || !equality.Semantic.DeepEqual(*v.keys, want) {
+		t.Errorf("keys %+v, want %+v", v.keys, want)
+	}
+	if v.listed[0].Keys == nil || v.listed[0].Keys == members[0].entry.Keys {
+		t.Errorf("member keys %+v, want a copy of the pod's", v.listed[0].Keys)
+	}
+	if v := aggregate(cb, []member{group("a", 3, 0, 0)}); v.keys == nil || v.keys.Keys != 3 || v.keys.Worst != nil {
+		t.Errorf("a quiet Group: %+v", v.keys)
+	}
+	// Status round trip: what the API server stores is what is computed again.
+	desired := desiredStatus(outcome{breaker: cb}, aggregate(cb, members))
+	raw, err := json.Marshal(desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored resiliencev1alpha1.CircuitBreaker
+	if err := json.Unmarshal(raw, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if again := desiredStatus(outcome{breaker: &stored}, aggregate(&stored, members)); !equality.Semantic.DeepEqual(stored.Status, again.Status) {
+		t.Errorf("stored status differs from the one computed again:\nstored %+v\nagain  %+v", stored.Status, again.Status)
 	}
 }

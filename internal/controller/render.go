@@ -49,6 +49,7 @@ func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdic
 		Mode:                   string(mode),
 		Scope:                  string(scope),
 	}
+	renderSlowCallsAndBackoff(&c, s)
 	if scope == resiliencev1alpha1.ScopeFleet {
 		c.Verdict = verdict
 	}
@@ -56,6 +57,20 @@ func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdic
 		return breakerconfig.Config{}, fmt.Errorf("spec: %w", err)
 	}
 	return c, nil
+}
+
+// renderSlowCallsAndBackoff adds the optional judgements of DESIGN §5.13: slowCallRatio
+// only with slowCallDuration, since a ratio alone judges nothing and a reader would take
+// it for a setting in force; maxOpenTimeout whenever it is set. Left out, the pods judge
+// no call slow and keep every open period at openTimeout.
+func renderSlowCallsAndBackoff(c *breakerconfig.Config, s resiliencev1alpha1.CircuitBreakerSpec) {
+	if s.SlowCallDuration != nil {
+		c.SlowCallDuration = breakerconfig.Duration(s.SlowCallDuration.Duration)
+		c.SlowCallRatio = float64(int32Or(s.SlowCallRatePercent, resiliencev1alpha1.DefaultSlowCallRatePercent)) / 100
+	}
+	if s.MaxOpenTimeout != nil {
+		c.MaxOpenTimeout = breakerconfig.Duration(s.MaxOpenTimeout.Duration)
+	}
 }
 
 func durationOr(d *metav1.Duration, def string) (time.Duration, error) {

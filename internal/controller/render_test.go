@@ -204,3 +204,109 @@ func TestSetReadyCondition(t *testing.T) {
 		t.Errorf("invalid: %+v", cb.Status.Conditions)
 	}
 }
+
+// The fields of DESIGN §5.13 render as §4 shows them, and read back to the same config.
+func TestRenderSlowCallsAndBackoff(t *testing.T) {
+	cb := &resiliencev1alpha1.CircuitBreaker{
+		ObjectMeta: metav1.ObjectMeta{Name: "search", Generation: 2},
+		Spec: resiliencev1alpha1.CircuitBreakerSpec{
+			OpenTimeout:         &metav1.Duration{Duration: 10 * time.Second},
+			SlowCallDuration:    &metav1.Duration{Duration: 1500 * time.Millisecond},
+			SlowCallRatePercent: ptr.To[int32](80),
+			MaxOpenTimeout:      &metav1.Duration{Duration: 5 * time.Minute},
+			Scope:               resiliencev1alpha1.ScopeFleet,
+		},
+	}
+	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC),
+		ConsecutiveOpens: 3, OpenTimeout: breakerconfig.Duration(40 * time.Second)}
+	c, err := render(cb, verdict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := breakerconfig.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{
+  "name": "search",
+  "generation": 2,
+  "openTimeout": "10s",
+  "window": "10s",
+  "failureRatio": 0.5,
+  "minimumThroughput": 20,
+  "successThreshold": 2,
+  "halfOpenPermittedCalls": 1,
+  "mode": "Enforce",
+  "scope": "Fleet",
+  "slowCallDuration": "1.5s",
+  "slowCallRatio": 0.8,
+  "maxOpenTimeout": "5m0s",
+  "verdict": {
+    "state": "Open",
+    "since": "2026-11-29T21:55:51.123Z",
+    "consecutiveOpens": 3,
+    "openTimeout": "40s"
+  }
+}`
+	if string(doc) != want {
+		t.Errorf("rendered\n%s\nwant\n%s", doc, want)
+	}
+	back, err := breakerconfig.Parse(doc)
+	if err != nil {
+		t.Fatalf("Parse(rendered): %v", err)
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Errorf("round trip: got %+v, want %+v", back, c)
+	}
+	p, err := back.Policy()
+	if err != nil || p.SlowCallDuration != 1500*time.Millisecond || p.SlowCallRatio != 0.8 || p.MaxOpenTimeout != 5*time.Minute {
+		t.Errorf("policy %+v, %v", p, err)
+	}
+}
+
+// slowCallRatio goes with slowCallDuration only: the CRD defaults slowCallRatePercent to
+// 100 on every object, and a ratio with no duration would read as a setting in force.
+func TestRenderSlowCallRatioOnlyWithItsDuration(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		spec      resiliencev1alpha1.CircuitBreakerSpec
+		wantDur   time.Duration
+		wantRatio float64
+	}{
+		{"neither", resiliencev1alpha1.CircuitBreakerSpec{}, 0, 0},
+		{"the defaulted rate alone", resiliencev1alpha1.CircuitBreakerSpec{SlowCallRatePercent: ptr.To[int32](100)}, 0, 0},
+		{"a rate alone", resiliencev1alpha1.CircuitBreakerSpec{SlowCallRatePercent: ptr.To[int32](30)}, 0, 0},
+		{"a duration, the rate unset (stored before its default)", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: &metav1.Duration{Duration: time.Second}}, time.Second, 1},
+		{"both", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: &metav1.Duration{Duration: 5 * time.Millisecond}, SlowCallRatePercent: ptr.To[int32](1)}, 5 * time.Millisecond, 0.01},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: tc.spec}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if time.Duration(c.SlowCallDuration) != tc.wantDur || c.SlowCallRatio != tc.wantRatio || c.MaxOpenTimeout != 0 {
+				t.Errorf("slowCallDuration %s slowCallRatio %v maxOpenTimeout %s, want %s %v 0s",
+					time.Duration(c.SlowCallDuration), c.SlowCallRatio, time.Duration(c.MaxOpenTimeout), tc.wantDur, tc.wantRatio)
+			}
+			doc, _ := breakerconfig.Marshal(c)
+			if tc.wantDur == 0 && (strings.Contains(string(doc), "slowCall") || strings.Contains(string(doc), "maxOpenTimeout")) {
+				t.Errorf("rendered %s, want no slow-call or backoff fields", doc)
+			}
+		})
+	}
+}
+
+// What the CRD refuses but an object stored around admission may hold is refused by the
+// render, naming the field, and never published.
+func TestRenderRefusesABackoffBelowOpenTimeout(t *testing.T) {
+	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
+		OpenTimeout: &metav1.Duration{Duration: time.Minute}, MaxOpenTimeout: &metav1.Duration{Duration: time.Second}}}, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "spec") || !strings.Contains(err.Error(), "maxOpenTimeout") {
+		t.Errorf("error %v, want one naming spec and maxOpenTimeout", err)
+	}
+	_, err = render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
+		SlowCallDuration: &metav1.Duration{Duration: -time.Second}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "slowCallDuration") {
+		t.Errorf("error %v, want one naming slowCallDuration", err)
+	}
+}

@@ -28,6 +28,7 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 	desired := o.breaker.DeepCopy()
 	desired.Status.ConfigMapName = resiliencev1alpha1.ConfigMapName
 	desired.Status.State, desired.Status.MemberCounts, desired.Status.Members = v.state, v.counts, v.listed
+	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.consecutiveOpens, v.openTimeout, v.keys
 	if o.err != nil || !o.changed {
 		desired.Status.ObservedGeneration = desired.Generation
 		setReadyCondition(desired, o.err)
@@ -79,7 +80,8 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, 
 // the member list; zero to write now.
 func (r *CircuitBreakerReconciler) countsWait(key client.ObjectKey, cb, desired *resiliencev1alpha1.CircuitBreaker) time.Duration {
 	if cb.Status.State != desired.Status.State || cb.Status.ObservedGeneration != desired.Status.ObservedGeneration ||
-		cb.Status.MemberCounts == nil || desired.Status.MemberCounts == nil {
+		cb.Status.MemberCounts == nil || desired.Status.MemberCounts == nil ||
+		cb.Status.ConsecutiveOpens != desired.Status.ConsecutiveOpens { // a re-open, at most one per open period
 		return 0
 	}
 	for _, c := range desired.Status.Conditions {
@@ -120,6 +122,14 @@ func (r *CircuitBreakerReconciler) forgetWrites(namespace string, live []resilie
 	}
 }
 
+// reopened reports whether a breaker that stays Open entered another, backed-off open
+// period: a fleet whose probe failed on some pod, or a pod that re-opened while another
+// held the breaker open. Its state does not change, but the news is as big as an open.
+func reopened(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
+	return cb.Status.State == resiliencev1alpha1.StateOpen && desired.Status.State == resiliencev1alpha1.StateOpen &&
+		desired.Status.ConsecutiveOpens > cb.Status.ConsecutiveOpens && cb.Status.ConsecutiveOpens > 0
+}
+
 // recordEvents records what changed between the stored status and the new one, once the
 // new one is stored. Each Event follows a change of stored status, so a reconcile that
 // changes nothing records nothing, and a restarted controller does not repeat them.
@@ -129,6 +139,9 @@ func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.
 			"Not published, the last good config stays: %v", o.err)
 	}
 
+	if reopened(cb, desired) {
+		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s", openedMessage(cb, v))
+	}
 	if from, to := cb.Status.State, desired.Status.State; from != to {
 		r.Metrics.transition(cb, to)
 		switch to {

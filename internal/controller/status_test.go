@@ -176,6 +176,26 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 		Eventually(func() []string { return eventNotes(ctx, ns, "payments", "CircuitClosed") }).ShouldNot(BeEmpty())
 	})
 
+	It("shows a breaker Group as one line per pod and their sum", func(ctx SpecContext) {
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "hosts"))).To(Succeed())
+		group := func(keys, open, halfOpen int32, worst ...string) breakerconfig.ReportEntry {
+			e := entry("hosts", "Closed", "Started", time.Now(), 1)
+			e.Keys = &breakerconfig.KeySummary{Keys: keys, Open: open, HalfOpen: halfOpen, Worst: worst}
+			return e
+		}
+		reports(ctx, ns, "web-a", group(40, 2, 1, "api.example.com", "cdn.example.com", "img.example.com"))
+		reports(ctx, ns, "web-b", group(25, 1, 0, "cdn.example.com"))
+		Eventually(func(g Gomega) {
+			cb := getBreaker(g, ctx, ns, "hosts")
+			g.Expect(cb.Status.Keys).To(Equal(&resiliencev1alpha1.KeySummary{Keys: 40, Open: 3, HalfOpen: 1,
+				Worst: []string{"cdn.example.com", "api.example.com", "img.example.com"}}))
+			g.Expect(cb.Status.MemberCounts.Reporting).To(BeEquivalentTo(2), "one line per pod, not one per key")
+			g.Expect(cb.Status.Members).To(ContainElement(SatisfyAll(
+				HaveField("Pod", "web-b"),
+				HaveField("Keys", Equal(&resiliencev1alpha1.KeySummary{Keys: 25, Open: 1, Worst: []string{"cdn.example.com"}})))))
+		}).Should(Succeed())
+	})
+
 	It("follows generations in ConfigApplied and reports refusals once", func(ctx SpecContext) {
 		cb := newBreaker(ns, "search")
 		Expect(k8sClient.Create(ctx, cb)).To(Succeed())

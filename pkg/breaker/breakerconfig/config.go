@@ -164,12 +164,17 @@ func Parse(data []byte) (Config, error) {
 	// Durations are decoded as strings first so a bad one is reported with its
 	// field name: encoding/json does not add it to an Unmarshaler's error.
 	type wire Config
+	type wireVerdict Verdict
 	var raw struct {
 		wire
 		OpenTimeout      *string `json:"openTimeout"`
 		Window           *string `json:"window"`
 		SlowCallDuration *string `json:"slowCallDuration"`
 		MaxOpenTimeout   *string `json:"maxOpenTimeout"`
+		Verdict          *struct {
+			wireVerdict
+			OpenTimeout *string `json:"openTimeout"`
+		} `json:"verdict"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
@@ -183,6 +188,11 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, errors.New("parse breaker config: trailing data after the JSON object")
 	}
 	c := Config(raw.wire)
+	var verdictOpenTimeout *string
+	if raw.Verdict != nil {
+		v := Verdict(raw.Verdict.wireVerdict)
+		c.Verdict, verdictOpenTimeout = &v, raw.Verdict.OpenTimeout
+	}
 	for _, d := range []struct {
 		field    string
 		in       *string
@@ -193,6 +203,7 @@ func Parse(data []byte) (Config, error) {
 		{"window", raw.Window, &c.Window, false},
 		{"slowCallDuration", raw.SlowCallDuration, &c.SlowCallDuration, true},
 		{"maxOpenTimeout", raw.MaxOpenTimeout, &c.MaxOpenTimeout, true},
+		{"verdict.openTimeout", verdictOpenTimeout, verdictDuration(c.Verdict), true},
 	} {
 		if d.in == nil {
 			if d.optional {
@@ -210,4 +221,13 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("invalid breaker config %q: %w", c.Name, err)
 	}
 	return c, nil
+}
+
+// verdictDuration is where a verdict's open period goes; nil without a verdict, when
+// Parse has no verdict.openTimeout to read either.
+func verdictDuration(v *Verdict) *Duration {
+	if v == nil {
+		return nil
+	}
+	return &v.OpenTimeout
 }

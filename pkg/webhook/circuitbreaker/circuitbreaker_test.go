@@ -30,7 +30,8 @@ func TestDefaultFillsEveryUnsetField(t *testing.T) {
 	s := cb.Spec
 	if s.OpenTimeout.Duration != 30*time.Second || s.Window.Duration != 10*time.Second ||
 		*s.FailureRatePercent != 50 || *s.MinimumThroughput != 20 || *s.SuccessThreshold != 2 ||
-		*s.HalfOpenPermittedCalls != 1 || s.Mode != resiliencev1alpha1.ModeEnforce || s.Scope != resiliencev1alpha1.ScopePod {
+		*s.HalfOpenPermittedCalls != 1 || s.Mode != resiliencev1alpha1.ModeEnforce || s.Scope != resiliencev1alpha1.ScopePod ||
+		*s.SlowCallRatePercent != 100 || s.SlowCallDuration != nil || s.MaxOpenTimeout != nil {
 		t.Errorf("defaults: %+v", s)
 	}
 }
@@ -76,6 +77,10 @@ func TestValidateCreateRefuses(t *testing.T) {
 			Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("1.0000001s")}}, []string{"spec.openTimeout"}},
 		{"both durations", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 			Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("2s500us"), Window: dur("10s1ns")}}, []string{"spec.openTimeout", "spec.window"}},
+		{"slowCallDuration below a millisecond", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("1.5ms")}}, []string{"spec.slowCallDuration"}},
+		{"maxOpenTimeout below a millisecond", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{MaxOpenTimeout: dur("1m0.0001s")}}, []string{"spec.maxOpenTimeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := (Validator{}).ValidateCreate(context.Background(), &tc.cb)
@@ -92,6 +97,7 @@ func TestValidateCreateAccepts(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", MaxNameLength)}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("1.5s"), Window: dur("1m0.001s")}},
 		{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("1ms"), MaxOpenTimeout: dur("1h0.001s")}},
 	} {
 		if _, err := (Validator{}).ValidateCreate(context.Background(), &cb); err != nil {
 			t.Errorf("%s: %v", cb.Name, err)
@@ -130,6 +136,10 @@ func TestWarnings(t *testing.T) {
 		openBy  = "spec.mode is ForcedOpen but the annotations fusebox.dev/forced-by and fusebox.dev/forced-reason are not set: record who forced the circuit and why, so that it is not left open after the incident"
 		openWhy = "spec.mode is ForcedOpen but the annotation fusebox.dev/forced-reason is not set: record who forced the circuit and why, so that it is not left open after the incident"
 		closed  = "spec.mode is ForcedClosed but the annotation fusebox.dev/forced-by is not set: record who forced the circuit and why, so that it is not left closed after the incident"
+		short   = "spec.slowCallDuration (4ms) is under 5ms: a scheduling delay or a garbage-collection pause in the calling pod alone takes that long, so healthy calls can count as slow and open the circuit"
+		long    = "spec.slowCallDuration (45s) is over 30s: most clients time out before that, and a call cut short by its timeout counts as a failure, not as slow; set it below the callers' timeout"
+		noSlow  = "spec.slowCallRatePercent (30) has no effect without spec.slowCallDuration: no call is judged slow until spec.slowCallDuration says how long a slow call takes"
+		noBack  = "spec.maxOpenTimeout (30s) equals spec.openTimeout: open periods are not backed off; set it higher to back off a dependency that stays down, or leave it unset"
 	)
 	for _, tc := range []struct {
 		name        string
@@ -151,9 +161,18 @@ func TestWarnings(t *testing.T) {
 			map[string]string{AnnotationForcedBy: "alice", AnnotationForcedReason: "INC-1"}, nil},
 		{"ForcedClosed without who", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedClosed},
 			map[string]string{AnnotationForcedReason: "INC-1"}, []string{closed}},
+		{"slowCallDuration 5ms is fine", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("5ms")}, nil, nil},
+		{"slowCallDuration under 5ms", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("4ms")}, nil, []string{short}},
+		{"slowCallDuration 30s is fine", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("30s"), SlowCallRatePercent: ptr.To[int32](30)}, nil, nil},
+		{"slowCallDuration over 30s", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("45s")}, nil, []string{long}},
+		{"slowCallRatePercent alone", resiliencev1alpha1.CircuitBreakerSpec{SlowCallRatePercent: ptr.To[int32](30)}, nil, []string{noSlow}},
+		{"slowCallRatePercent at its default alone", resiliencev1alpha1.CircuitBreakerSpec{SlowCallRatePercent: ptr.To[int32](100)}, nil, nil},
+		{"maxOpenTimeout equal to openTimeout", resiliencev1alpha1.CircuitBreakerSpec{MaxOpenTimeout: dur("30s")}, nil, []string{noBack}},
+		{"maxOpenTimeout above openTimeout", resiliencev1alpha1.CircuitBreakerSpec{MaxOpenTimeout: dur("5m")}, nil, nil},
 		{"everything at once", resiliencev1alpha1.CircuitBreakerSpec{MinimumThroughput: ptr.To[int32](1), OpenTimeout: dur("5s"),
-			HalfOpenPermittedCalls: ptr.To[int32](30), Mode: resiliencev1alpha1.ModeForcedOpen}, nil,
-			[]string{thin1, rest, "spec.halfOpenPermittedCalls (30) is above spec.minimumThroughput (1): a half-open circuit lets more probe calls at a time reach a dependency that just failed than a closed circuit needs to judge it", openBy}},
+			HalfOpenPermittedCalls: ptr.To[int32](30), Mode: resiliencev1alpha1.ModeForcedOpen, SlowCallRatePercent: ptr.To[int32](30), MaxOpenTimeout: dur("5s")}, nil,
+			[]string{thin1, rest, "spec.halfOpenPermittedCalls (30) is above spec.minimumThroughput (1): a half-open circuit lets more probe calls at a time reach a dependency that just failed than a closed circuit needs to judge it", openBy,
+				noSlow, "spec.maxOpenTimeout (5s) equals spec.openTimeout: open periods are not backed off; set it higher to back off a dependency that stays down, or leave it unset"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: tc.annotations}, Spec: tc.spec}

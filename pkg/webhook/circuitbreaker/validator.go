@@ -90,7 +90,7 @@ func validateName(name string) field.ErrorList {
 }
 
 // validateSpec refuses durations that are not a whole number of milliseconds.
-// The bounds (1s to 24h, 1s to 1h) are the schema's; this rule is one CEL
+// The bounds (1s to 24h, 1s to 1h, 1ms to 1h, up to 24h) are the schema's; this rule is one CEL
 // states badly. A breaker's timings are judged at millisecond resolution at
 // best, so digits below a millisecond are a typo ("1.0000001s"), and a window
 // that is not whole milliseconds puts the epoch-aligned buckets (DESIGN §5.1)
@@ -110,12 +110,14 @@ func validateSpec(s, old *resiliencev1alpha1.CircuitBreakerSpec, path *field.Pat
 		}
 		errs = append(errs, field.Invalid(path.Child(name), d.Duration.String(), "must be a whole number of milliseconds"))
 	}
-	var oldTimeout, oldWindow *metav1.Duration
+	var oldTimeout, oldWindow, oldSlow, oldMax *metav1.Duration
 	if old != nil {
-		oldTimeout, oldWindow = old.OpenTimeout, old.Window
+		oldTimeout, oldWindow, oldSlow, oldMax = old.OpenTimeout, old.Window, old.SlowCallDuration, old.MaxOpenTimeout
 	}
 	check("openTimeout", s.OpenTimeout, oldTimeout, old != nil)
 	check("window", s.Window, oldWindow, old != nil)
+	check("slowCallDuration", s.SlowCallDuration, oldSlow, old != nil)
+	check("maxOpenTimeout", s.MaxOpenTimeout, oldMax, old != nil)
 	return errs
 }
 

@@ -3,6 +3,7 @@ package circuitbreaker
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
@@ -24,6 +25,16 @@ const (
 // warned to open on thin evidence.
 const LowMinimumThroughput = 5
 
+// Bounds of a slowCallDuration that is legal but likely a mistake.
+const (
+	// ShortSlowCallDuration: a pause of the caller's own process (the
+	// scheduler, a garbage collection) reaches it, so healthy calls count slow.
+	ShortSlowCallDuration = 5 * time.Millisecond
+	// LongSlowCallDuration: most clients give up before it, and a call cut
+	// short by its timeout is a failure, not a slow call.
+	LongSlowCallDuration = 30 * time.Second
+)
+
 // Warnings returns what is legal but risky about cb, one message per finding,
 // in a fixed order:
 //
@@ -34,7 +45,11 @@ const LowMinimumThroughput = 5
 //   - halfOpenPermittedCalls above minimumThroughput: a half-open circuit sends
 //     more probes at once than a closed one needs to judge;
 //   - mode ForcedOpen or ForcedClosed without AnnotationForcedBy and
-//     AnnotationForcedReason.
+//     AnnotationForcedReason;
+//   - slowCallDuration under ShortSlowCallDuration or over LongSlowCallDuration;
+//   - slowCallRatePercent other than its default with no slowCallDuration,
+//     where it judges nothing;
+//   - maxOpenTimeout equal to openTimeout, which backs off nothing.
 //
 // Unset fields count with their defaults.
 func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
@@ -63,6 +78,28 @@ func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
 			w = append(w, fmt.Sprintf("spec.mode is %s but the %s %s %s not set: record who forced the circuit and why, so that it is not left %s after the incident",
 				s.Mode, plural(len(missing), "annotation", "annotations"), strings.Join(missing, " and "), plural(len(missing), "is", "are"), heldState(s.Mode)))
 		}
+	}
+	return append(w, timingWarnings(s)...)
+}
+
+// timingWarnings are Warnings' findings about slow calls and backoff (DESIGN §5.13).
+func timingWarnings(s resiliencev1alpha1.CircuitBreakerSpec) []string {
+	var w []string
+	switch slow := s.SlowCallDuration; {
+	case slow == nil:
+		if p := *s.SlowCallRatePercent; p != resiliencev1alpha1.DefaultSlowCallRatePercent {
+			w = append(w, fmt.Sprintf("spec.slowCallRatePercent (%d) has no effect without spec.slowCallDuration: no call is judged slow until spec.slowCallDuration says how long a slow call takes", p))
+		}
+	case slow.Duration < ShortSlowCallDuration:
+		w = append(w, fmt.Sprintf("spec.slowCallDuration (%s) is under %s: a scheduling delay or a garbage-collection pause in the calling pod alone takes that long, so healthy calls can count as slow and open the circuit",
+			slow.Duration, ShortSlowCallDuration))
+	case slow.Duration > LongSlowCallDuration:
+		w = append(w, fmt.Sprintf("spec.slowCallDuration (%s) is over %s: most clients time out before that, and a call cut short by its timeout counts as a failure, not as slow; set it below the callers' timeout",
+			slow.Duration, LongSlowCallDuration))
+	}
+	if m := s.MaxOpenTimeout; m != nil && m.Duration == s.OpenTimeout.Duration {
+		w = append(w, fmt.Sprintf("spec.maxOpenTimeout (%s) equals spec.openTimeout: open periods are not backed off; set it higher to back off a dependency that stays down, or leave it unset",
+			m.Duration))
 	}
 	return w
 }
