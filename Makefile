@@ -106,6 +106,14 @@ bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, d
 build: manifests generate ## Build the manager binary.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 
+.PHONY: plugin
+plugin: | $(LOCALBIN) ## Build the kubectl plugin, bin/kubectl-fusebox (put it on your PATH: `kubectl fusebox`).
+	go build -o $(LOCALBIN)/kubectl-fusebox ./cmd/kubectl-fusebox
+
+.PHONY: dashboard-screenshot
+dashboard-screenshot: envtest ## Rewrite docs/images/dashboard.png from the dashboard's test in headless Chromium.
+	DASHBOARD_SCREENSHOT=$(CURDIR)/docs/images/dashboard.png KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestDashboardInChromium$$' -count=1 -v ./internal/plugin
+
 .PHONY: run
 run: manifests generate build envtest ## Run Fusebox on a local control plane (or on your cluster with USE_EXISTING_CLUSTER=true).
 ifeq ($(USE_EXISTING_CLUSTER),true)

@@ -109,6 +109,21 @@ func BenchmarkClosedSuccess(b *testing.B) {
 		}
 		record(b)
 	})
+	b.Run("impl=fusebox-slowcalls", func(b *testing.B) {
+		// The same, with every call timed for slow-call judging (slowCallDuration 2s).
+		p := breaker.DefaultPolicy()
+		p.SlowCallDuration = 2 * time.Second
+		br, err := breaker.New("bench", p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fn := func(context.Context) error { return nil }
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = br.Execute(ctx, fn)
+		}
+		record(b)
+	})
 	b.Run("impl=gobreaker", func(b *testing.B) {
 		cb := newGobreaker()
 		fn := func() (struct{}, error) { return struct{}{}, nil }

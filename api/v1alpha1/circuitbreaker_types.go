@@ -384,8 +384,9 @@ type CircuitBreakerStatus struct {
 
 	// conditions are the latest observations of the breaker: Ready (its
 	// configuration is valid and published), Open (its state is Open; with
-	// scope Fleet, the fleet verdict) and ConfigApplied (every reporting pod
-	// runs the published configuration).
+	// scope Fleet, the fleet verdict), ConfigApplied (every reporting pod
+	// runs the published configuration) and Overridden (spec.override is in
+	// force: the published mode is the override's).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -403,6 +404,7 @@ type CircuitBreakerStatus struct {
 // +kubebuilder:resource:shortName=cb,categories=fusebox
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Overridden",type=string,JSONPath=`.status.conditions[?(@.type=="Overridden")].status`,description="True while spec.override holds the circuit in place of mode"
 // +kubebuilder:printcolumn:name="Scope",type=string,JSONPath=`.spec.scope`
 // +kubebuilder:printcolumn:name="Open",type=integer,JSONPath=`.status.memberCounts.open`,description="Pods whose circuit is open"
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.memberCounts.reporting`,description="Running pods that report this breaker"
@@ -412,6 +414,7 @@ type CircuitBreakerStatus struct {
 // +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`,priority=10
 // +kubebuilder:printcolumn:name="Failure Rate",type=integer,JSONPath=`.spec.failureRatePercent`,priority=10
 // +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
+// +kubebuilder:printcolumn:name="Override Until",type=string,JSONPath=`.spec.override.until`,priority=10,description="When spec.override ends (or ended: see Overridden)"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 248",message="metadata.name must be at most 248 characters: the breaker is published under the ConfigMap key <name>.json, and keys are at most 253"
 type CircuitBreaker struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -58,6 +59,8 @@ type CircuitBreakerReconciler struct {
 	Recorder  recorder.EventRecorder
 	// Metrics, when set, receives every breaker's aggregated status.
 	Metrics *Metrics
+	// Clock says when overrides run out; nil means the wall clock. Tests set a fake one.
+	Clock clock.PassiveClock
 
 	mu        sync.Mutex
 	lastWrite map[client.ObjectKey]time.Time // guarded by mu: when each status was last written
@@ -89,7 +92,7 @@ func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reco
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := planConfig(breakers, cm, reports)
+	plan := planConfig(r.now(), breakers, cm, reports)
 	if err := r.publish(ctx, req.Namespace, cm, plan.data); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -102,7 +105,8 @@ func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reco
 				"Published generation %d in ConfigMap %s", o.breaker.Generation, breakerconfig.ConfigMapName)
 		}
 	}
-	return ctrl.Result{}, nil
+	// An override that runs out changes the rendered mode with no event to announce it.
+	return ctrl.Result{RequeueAfter: nextExpiry(plan.outcomes)}, nil
 }
 
 // ReconcileStatus deletes the reports of pods that are gone and writes every breaker's
@@ -116,15 +120,14 @@ func (r *CircuitBreakerReconciler) ReconcileStatus(ctx context.Context, req reco
 	if err := r.pruneReports(ctx, breakers, reports.gone); err != nil {
 		return ctrl.Result{}, err
 	}
-	var result ctrl.Result
-	for _, o := range planConfig(breakers, cm, reports).outcomes {
+	plan := planConfig(r.now(), breakers, cm, reports)
+	result := ctrl.Result{RequeueAfter: nextExpiry(plan.outcomes)}
+	for _, o := range plan.outcomes {
 		wait, err := r.updateStatus(ctx, o, aggregate(o.breaker, reports.byBreaker[o.breaker.Name]))
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if wait > 0 && (result.RequeueAfter == 0 || wait < result.RequeueAfter) {
-			result.RequeueAfter = wait
-		}
+		result.RequeueAfter = earliest(result.RequeueAfter, wait)
 	}
 	r.forgetWrites(req.Namespace, breakers)
 	r.Metrics.forget(req.Namespace, breakers)

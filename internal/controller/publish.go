@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +25,8 @@ type outcome struct {
 	// newGeneration: the published config is of another generation (or another object of
 	// that name), which is news; a new fleet verdict alone is not.
 	newGeneration bool
+	// override is what spec.override means at the time of the plan.
+	override overrideState
 }
 
 // configPlan is the ConfigMap data a namespace should have, and what that means for each
@@ -33,11 +36,12 @@ type configPlan struct {
 	outcomes []outcome
 }
 
-// planConfig renders every live breaker, with the fleet verdict its pods' reports make.
+// planConfig renders every live breaker at now, with the fleet verdict its pods' reports
+// make and the override in force.
 // A breaker that cannot be rendered keeps whatever was published for it before, so one
 // bad object never takes a good config away from the pods; keys that belong to no breaker
 // are dropped.
-func planConfig(breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigMap, reports namespaceReports) configPlan {
+func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigMap, reports namespaceReports) configPlan {
 	var published map[string]string
 	if cm != nil {
 		published = cm.Data
@@ -49,13 +53,14 @@ func planConfig(breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigM
 			continue
 		}
 		key := breakerconfig.Key(cb.Name)
-		o := outcome{breaker: cb}
+		o := outcome{breaker: cb, override: overrideAt(cb, now)}
 		var verdict *breakerconfig.Verdict
 		if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
 			verdict = decideFleet(cb, reports.byBreaker[cb.Name]).verdict
 		}
 		c, err := render(cb, verdict)
 		if err == nil {
+			applyOverride(&c, o.override)
 			var doc []byte
 			doc, err = breakerconfig.Marshal(c)
 			if err == nil {

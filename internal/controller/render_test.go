@@ -86,7 +86,7 @@ func TestRenderVerdictOnlyForFleet(t *testing.T) {
 func TestPlanConfigPublishesTheFleetVerdict(t *testing.T) {
 	cb := *fleetBreaker(0)
 	reports := namespaceReports{byBreaker: map[string][]member{"b": {at("x", open, tripped, 5*time.Second), at("y", closed, started, 0)}}}
-	plan := planConfig([]resiliencev1alpha1.CircuitBreaker{cb}, nil, reports)
+	plan := planConfig(t0, []resiliencev1alpha1.CircuitBreaker{cb}, nil, reports)
 	c, err := breakerconfig.Parse([]byte(plan.data["b.json"]))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 	good := resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "good", Generation: 1}}
 	bad := resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bad", Generation: 2},
 		Spec: resiliencev1alpha1.CircuitBreakerSpec{Mode: "Sometimes"}}
-	plan := planConfig([]resiliencev1alpha1.CircuitBreaker{good, bad}, &corev1.ConfigMap{Data: map[string]string{
+	plan := planConfig(t0, []resiliencev1alpha1.CircuitBreaker{good, bad}, &corev1.ConfigMap{Data: map[string]string{
 		"bad.json":   `{"the":"last good"}`,
 		"stray.json": "{}",
 		"notes.txt":  "hand-written",

@@ -32,6 +32,11 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 		desired.Status.ObservedGeneration = desired.Generation
 		setReadyCondition(desired, o.err)
 	}
+	if o.err != nil || !o.changed {
+		// Like Ready, Overridden follows what the ConfigMap holds: it moves once the
+		// rendered mode is published.
+		setOverriddenCondition(desired, o.override)
+	}
 	setOpenCondition(desired, v)
 	setConfigAppliedCondition(desired, v)
 	stampObservedGeneration(desired)
@@ -65,6 +70,7 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, 
 	}
 	r.wrote(key)
 	r.recordEvents(cb, desired, o, v)
+	r.recordOverrideEvents(cb, desired)
 	r.Metrics.observe(desired)
 	return 0, nil
 }

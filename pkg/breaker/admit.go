@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"time"
 )
 
 // admitKind is how the call path may admit a call without taking the lock.
@@ -28,13 +29,17 @@ type period struct {
 	// test as an open one.
 	halfOpenAt int64
 	reject     error // for admitOpenUntil
+	// slow is SlowCallDuration in nanoseconds, 0 when calls are not timed; exact says
+	// they are timed on the exact clock rather than the coarse one (callTime).
+	slow  int64
+	exact bool
 	// done funcs handed out by Allow, built once per period so that Allow allocates nothing.
 	doneRecorded func(error)
 	doneIgnored  func(error)
 }
 
-func (p *period) finishRecorded(err error) { p.b.finish(ticket{p, true}, err, false) }
-func (p *period) finishIgnored(err error)  { p.b.finish(ticket{p, false}, err, false) }
+func (p *period) finishRecorded(err error) { p.b.finish(ticket{p, true}, err, false, 0) }
+func (p *period) finishIgnored(err error)  { p.b.finish(ticket{p, false}, err, false, 0) }
 
 // ticket is an admitted call: the period it was admitted in, and whether its outcome is to
 // be recorded (it is not for a call MetricsOnly runs although Enforce would have refused it).
@@ -48,7 +53,11 @@ func (b *Breaker) publish() {
 	p := &period{b: b, gen: b.gen, state: b.state, halfOpenAt: math.MaxInt64}
 	observed := len(b.callObs) > 0
 	if b.state == Open && b.policy.Mode != ModeForcedOpen {
-		p.halfOpenAt = addSat(b.sinceMono, int64(b.policy.OpenTimeout))
+		p.halfOpenAt = b.openUntil()
+	}
+	if d := b.policy.SlowCallDuration; d > 0 {
+		p.slow = int64(d)
+		p.exact = b.clock == nil && d < coarseEnough
 	}
 	switch {
 	case observed:
@@ -63,6 +72,22 @@ func (b *Breaker) publish() {
 	p.doneRecorded = p.finishRecorded
 	p.doneIgnored = p.finishIgnored
 	b.cur.Store(p)
+}
+
+// coarseEnough is the shortest SlowCallDuration timed on the coarse clock: its reading may
+// be a tick or so old at either end of a call, which is 2% of this. Shorter ones are timed
+// on the exact monotonic clock, at the cost of two clock readings per call (about 30 ns
+// each on the virtual machines we measure on; docs/benchmarks.md).
+const coarseEnough = 50 * coarseTick
+
+// callTime reads the clock a call admitted in p is timed on (§5.13), on the monotonic
+// timeline.
+func (b *Breaker) callTime(p *period) int64 {
+	if p.exact {
+		// time.Since reads only the monotonic clock, not the wall clock too.
+		return addSat(processStartWall, int64(time.Since(processStart)))
+	}
+	return b.now()
 }
 
 // admit is the call path's one admission test, shared by Execute, Allow and Call: a closed
@@ -84,12 +109,17 @@ func (b *Breaker) admit() (ticket, error) {
 // Allow is the two-step form of Execute: it admits a call or refuses it, and the caller
 // reports the outcome with done(err) once the call has finished. done must be called
 // exactly once: a second call would count the outcome twice. When the call is refused, done
-// is nil and err matches ErrOpen. Allow allocates nothing.
+// is nil and err matches ErrOpen. Allow allocates nothing, unless the policy judges slow
+// calls (SlowCallDuration), when done is a closure holding the call's start.
 func (b *Breaker) Allow() (done func(err error), err error) {
 	t, err := b.admit()
 	switch {
 	case err != nil:
 		return nil, err
+	case t.p.slow != 0 && t.recorded:
+		// A timed call needs its start: the one allocation of slow-call judging.
+		start := b.callTime(t.p)
+		return func(err error) { b.finish(t, err, false, start) }, nil
 	case t.recorded:
 		return t.p.doneRecorded, nil
 	}
@@ -105,27 +135,31 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 	if err != nil {
 		return err
 	}
+	var start int64
+	if t.p.slow != 0 {
+		start = b.callTime(t.p)
+	}
 	completed := false
 	defer func() {
 		if !completed {
 			// recover works only when called by the deferred function itself.
-			b.abandon(t, recover())
+			b.abandon(t, recover(), start)
 		}
 	}()
 	err = fn(ctx)
 	completed = true
-	b.finish(t, err, false)
+	b.finish(t, err, false, start)
 	return err
 }
 
 // abandon records a protected function that did not return: a panic is a failure and is
 // re-raised; runtime.Goexit (recover finds nothing) is neither success nor failure.
-func (b *Breaker) abandon(t ticket, r any) {
+func (b *Breaker) abandon(t ticket, r any, start int64) {
 	if r == nil {
-		b.finishSlow(t, OutcomeIgnored, errGoexit, false)
+		b.finishSlow(t, OutcomeIgnored, false, errGoexit, false)
 		return
 	}
-	b.finish(t, &PanicError{Value: r}, true)
+	b.finish(t, &PanicError{Value: r}, true, start)
 	panic(r)
 }
 
@@ -203,17 +237,14 @@ func (b *Breaker) classify(err error, panicked bool) Outcome {
 
 // finish records the outcome of an admitted call and reports whether it was a failure by the
 // classifier (whether or not it was recorded: Call's fallback depends on the call, not on
-// the circuit).
-func (b *Breaker) finish(t ticket, err error, panicked bool) bool {
-	if err == nil && !panicked && t.recorded && t.p.admit == admitClosed && b.recordSuccessFast(t.p) {
+// the circuit). start is when a timed call started (callTime), for slow-call judging.
+func (b *Breaker) finish(t ticket, err error, panicked bool, start int64) bool {
+	slow := t.p.slow != 0 && b.callTime(t.p)-start >= t.p.slow
+	if err == nil && !panicked && !slow && t.recorded && t.p.admit == admitClosed && b.recordSuccessFast(t.p) {
 		return false
 	}
-	return b.finishClassified(t, err, panicked)
-}
-
-func (b *Breaker) finishClassified(t ticket, err error, panicked bool) bool {
 	o := b.classify(err, panicked)
-	b.finishSlow(t, o, err, panicked)
+	b.finishSlow(t, o, slow, err, panicked)
 	return o == OutcomeFailure
 }
 
@@ -226,11 +257,14 @@ func (b *Breaker) recordSuccessFast(p *period) bool {
 		// Buckets are replaced on every transition: the call belongs to an earlier period.
 		return true
 	}
+	if bk.guard.Load() {
+		return false // a success may open the circuit on slow calls: judge it under mu
+	}
 	now := b.now()
 	return now >= bk.start && now < bk.end && bk.addFast()
 }
 
-func (b *Breaker) finishSlow(t ticket, o Outcome, err error, panicked bool) {
+func (b *Breaker) finishSlow(t ticket, o Outcome, slow bool, err error, panicked bool) {
 	final := t.p.state
 	recordedAs := OutcomeIgnored
 	var pend pending
@@ -243,7 +277,7 @@ func (b *Breaker) finishSlow(t ticket, o Outcome, err error, panicked bool) {
 			b.advance(now, &pend)
 		}
 		if t.p.gen == b.gen {
-			recordedAs = b.record(now, o, err, &pend)
+			recordedAs = b.record(now, o, slow, err, &pend)
 		}
 		final = b.state
 		b.mu.Unlock()
@@ -252,6 +286,6 @@ func (b *Breaker) finishSlow(t ticket, o Outcome, err error, panicked bool) {
 		final = b.cur.Load().state
 	}
 	for _, co := range b.callObs {
-		co.OnCallEnd(CallEvent{Breaker: b.name, Outcome: recordedAs, Initial: t.p.state, Final: final, Err: err, Panicked: panicked})
+		co.OnCallEnd(CallEvent{Breaker: b.name, Outcome: recordedAs, Initial: t.p.state, Final: final, Err: err, Panicked: panicked, Slow: slow && o != OutcomeIgnored})
 	}
 }

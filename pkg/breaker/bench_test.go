@@ -3,7 +3,10 @@ package breaker
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func benchBreaker(b *testing.B) *Breaker {
@@ -23,6 +26,52 @@ func BenchmarkExecuteClosed(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = br.Execute(ctx, succeed)
+	}
+}
+
+// BenchmarkExecuteClosedSlowCalls times every call for slow-call judging (§5.13): on the
+// coarse clock for a SlowCallDuration of 100ms or more, on the exact clock below that.
+func BenchmarkExecuteClosedSlowCalls(b *testing.B) {
+	for _, d := range []time.Duration{2 * time.Second, 10 * time.Millisecond} {
+		b.Run(d.String(), func(b *testing.B) {
+			p := DefaultPolicy()
+			p.SlowCallDuration = d
+			br, err := New("bench", p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = br.Execute(ctx, succeed)
+			}
+		})
+	}
+}
+
+// BenchmarkExecuteOpenBackedOff is the open short-circuit of a circuit in its third
+// backed-off open period.
+func BenchmarkExecuteOpenBackedOff(b *testing.B) {
+	p := DefaultPolicy()
+	p.MaxOpenTimeout = time.Hour
+	br, err := New("bench", p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	br.Trip()
+	br.Trip()
+	br.Trip()
+	if d, _ := br.RetryAfter(); d < 100*time.Second {
+		b.Fatalf("third open period lasts %v, want 2m0s", d)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	var e error
+	for b.Loop() {
+		e = br.Execute(ctx, succeed)
+	}
+	if !errors.Is(e, ErrOpen) {
+		b.Fatal(e)
 	}
 }
 
@@ -118,3 +167,77 @@ func BenchmarkAllowClosedParallel(b *testing.B) {
 }
 
 var errBench = errors.New("bench failure")
+
+// benchGroup returns a Group holding n keys, and the keys.
+func benchGroup(b *testing.B, n int) (*Group, []string) {
+	g, err := NewGroup("bench", DefaultPolicy())
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "tenant-" + strconv.Itoa(i)
+		g.Get(keys[i])
+	}
+	return g, keys
+}
+
+// BenchmarkGroupExecuteClosed: look a key up among 1,000 and run a closed Execute on its
+// breaker, one goroutine.
+func BenchmarkGroupExecuteClosed(b *testing.B) {
+	g, keys := benchGroup(b, 1000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_ = g.Get(keys[i]).Execute(ctx, succeed)
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+}
+
+// BenchmarkGroupExecuteClosedParallel: the same on every core, each goroutine walking the
+// keys from its own starting point.
+func BenchmarkGroupExecuteClosedParallel(b *testing.B) {
+	g, keys := benchGroup(b, 1000)
+	ctx := context.Background()
+	var start atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(start.Add(397)) % len(keys)
+		for pb.Next() {
+			_ = g.Get(keys[i]).Execute(ctx, succeed)
+			if i++; i == len(keys) {
+				i = 0
+			}
+		}
+	})
+}
+
+// BenchmarkGroupHotKeyParallel: every goroutine on one key of 1,000, the worst case for
+// the shared line of the key's use stamp.
+func BenchmarkGroupHotKeyParallel(b *testing.B) {
+	g, keys := benchGroup(b, 1000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = g.Get(keys[500]).Execute(ctx, succeed)
+		}
+	})
+}
+
+// BenchmarkGroupChurn: every call a key the Group has never seen, at its bound of 1,000:
+// each one creates a breaker and evicts the least recently used.
+func BenchmarkGroupChurn(b *testing.B) {
+	g, _ := benchGroup(b, 1000)
+	g.SetMaxKeys(1000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_ = g.Get("new-"+strconv.Itoa(i)).Execute(ctx, succeed)
+		i++
+	}
+}

@@ -51,14 +51,20 @@ type Breaker struct {
 	// When state was reached (for Open, the open period's start): since on the wall clock,
 	// for what leaves the process and for comparing with verdicts from elsewhere, and
 	// sinceMono on the monotonic timeline, for timing the open period (clock.go).
-	since          int64
-	sinceMono      int64
-	changed        bool  // some transition has happened (Adopt's staleness test needs it)
-	openedAt       int64 // wall-clock unix ns at which the latest open period started
-	liveFailures   int64 // failures in the live bucket
-	prevCalls      int64 // the bucket before the live one
-	prevFailures   int64
-	openTally      Counts // the tally that opened the circuit, while open
+	since        int64
+	sinceMono    int64
+	changed      bool  // some transition has happened (Adopt's staleness test needs it)
+	openedAt     int64 // wall-clock unix ns at which the latest open period started
+	liveFailures int64 // failures in the live bucket
+	liveSlow     int64 // slow calls in the live bucket
+	prevCalls    int64 // the bucket before the live one
+	prevFailures int64
+	prevSlow     int64
+	openTally    Counts // the tally that opened the circuit, while open
+	// The current (or, half-open, the last) open period (§5.13): the how-manyth
+	// consecutive one, and its length. Both 0 while closed.
+	opens          int
+	openFor        time.Duration
 	probesInFlight int
 	probeCalls     int64
 	probeSuccesses int64
@@ -107,6 +113,7 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 		// a Closed verdict from before it is about an older outage.
 		b.state = Open
 		b.changed, b.openedAt = true, at.wall
+		b.opens, b.openFor = 1, b.policy.openPeriod(1)
 	}
 	b.resetWindow(now)
 	b.publish()
@@ -207,15 +214,23 @@ func (b *Breaker) Update(p Policy) error {
 		b.roll(now)
 	}
 	widthChanged := p.Window != b.policy.Window
+	periodChanged := p.OpenTimeout != b.policy.OpenTimeout || p.MaxOpenTimeout != b.policy.MaxOpenTimeout
 	b.policy = p
 	if widthChanged {
 		b.reindex(now)
+	}
+	if periodChanged && b.opens > 0 {
+		// The open period running (or the last, half-open) is re-timed under the new
+		// policy, from when it started.
+		b.openFor = p.openPeriod(b.opens)
 	}
 	switch {
 	case p.Mode == ModeForcedOpen && b.state != Open:
 		b.openNow(CauseMode, b.exactInstant(), now, &pend)
 	case p.Mode == ModeForcedClosed && b.state != Closed:
-		b.transition(Closed, CauseMode, b.counts(now), nil, b.exactInstant(), now, &pend)
+		b.transition(move{to: Closed, cause: CauseMode, counts: b.counts(now), at: b.exactInstant()}, now, &pend)
+	case b.state == Closed:
+		b.guardSlow(b.windowCounts())
 	}
 	b.publish()
 	b.mu.Unlock()
@@ -223,8 +238,9 @@ func (b *Breaker) Update(p Policy) error {
 	return nil
 }
 
-// RetryAfter reports how long until an open circuit admits probes. ok is false when the
-// circuit is not open, or is held open by ModeForcedOpen, whose end nobody knows.
+// RetryAfter reports how long until an open circuit admits probes: the rest of the open
+// period, backed off under MaxOpenTimeout. ok is false when the circuit is not open, or is
+// held open by ModeForcedOpen, whose end nobody knows.
 func (b *Breaker) RetryAfter() (d time.Duration, ok bool) {
 	p := b.cur.Load()
 	if p.state != Open || p.halfOpenAt == math.MaxInt64 {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
 // testPolicy is small enough to reach every threshold in a few calls.
@@ -23,7 +23,7 @@ func testPolicy() Policy {
 	}
 }
 
-func newTestBreaker(t *testing.T, p Policy, opts ...Option) (*Breaker, *breakertest.Clock, *recorder) {
+func newTestBreaker(t *testing.T, p Policy, opts ...Option) (*Breaker, *fakeclock.Clock, *recorder) {
 	t.Helper()
 	clock := newFakeClock()
 	rec := &recorder{}
@@ -69,7 +69,7 @@ func wantCounts(t *testing.T, b *Breaker, want Counts) {
 }
 
 // openIt opens b by failures and returns the time it opened.
-func openIt(t *testing.T, b *Breaker, clock *breakertest.Clock) time.Time {
+func openIt(t *testing.T, b *Breaker, clock *fakeclock.Clock) time.Time {
 	t.Helper()
 	doN(t, b, b.Policy().MinimumThroughput, errBoom)
 	wantState(t, b, Open)

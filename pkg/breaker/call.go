@@ -56,16 +56,20 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 // runTicket runs fn for the admitted call t and records its outcome; failed says the
 // breaker recorded a failure.
 func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context.Context) (T, error)) (res T, failed bool, err error) {
+	var start int64
+	if t.p.slow != 0 {
+		start = b.callTime(t.p)
+	}
 	completed := false
 	defer func() {
 		if !completed {
 			// recover works only when called by the deferred function itself.
-			b.abandon(t, recover())
+			b.abandon(t, recover(), start)
 		}
 	}()
 	res, err = fn(ctx)
 	completed = true
-	failed = b.finish(t, err, false)
+	failed = b.finish(t, err, false, start)
 	return res, failed, err
 }
 

@@ -98,3 +98,36 @@ func ExampleRegistry() {
 	// <nil> open 5s
 	// breaker "payments": breaker: invalid failureRatio 0: must be greater than 0 and at most 1
 }
+
+// One tenant's failures open the circuit for that tenant alone; the others keep being
+// served. Each tenant's breaker is created on first use, named "<group>/<key>".
+func ExampleGroup() {
+	p := breaker.DefaultPolicy()
+	p.MinimumThroughput = 3
+	tenants, err := breaker.NewGroup("tenant-db", p)
+	if err != nil {
+		panic(err)
+	}
+	tenants.SetMaxKeys(10_000) // at most this many tenants' breakers; idle closed ones go first
+
+	query := func(tenant string) error {
+		return tenants.Execute(context.Background(), tenant, func(ctx context.Context) error {
+			if tenant == "acme" {
+				return errors.New("acme's shard is down")
+			}
+			return nil
+		})
+	}
+	for range 3 {
+		_ = query("acme")
+	}
+	fmt.Println("acme:", query("acme"))
+	fmt.Println("globex:", query("globex"))
+
+	s := tenants.Summary()
+	fmt.Println(s.Keys, "keys,", s.Open, "open:", s.Worst, s.State)
+	// Output:
+	// acme: breaker "tenant-db/acme": circuit open
+	// globex: <nil>
+	// 2 keys, 1 open: [acme] open
+}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
 // FuzzPolicyValidate checks that Validate accepts exactly the meaningful policies, that
@@ -35,7 +35,7 @@ func FuzzPolicyValidate(f *testing.F) {
 		if valid != (err == nil) {
 			t.Fatalf("Validate(%+v) = %v, want valid=%v", p, err, valid)
 		}
-		clock := breakertest.NewClock(time.Unix(0, clockAt))
+		clock := fakeclock.NewClock(time.Unix(0, clockAt))
 		b, nerr := New("fuzz", p, WithClock(clock))
 		if !valid {
 			if _, ok := errors.AsType[*FieldError](err); !ok {

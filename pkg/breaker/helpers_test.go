@@ -5,11 +5,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
-func newFakeClock() *breakertest.Clock {
-	return breakertest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+func newFakeClock() *fakeclock.Clock {
+	return fakeclock.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 }
 
 var (

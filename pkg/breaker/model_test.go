@@ -27,6 +27,8 @@ type refModel struct {
 	events []refEvent
 
 	openTally  Counts
+	opens      int           // the how-manyth consecutive open period (§5.13); 0 closed
+	openFor    time.Duration // its length
 	inflight   int
 	probeCalls int64
 	probeSucc  int64
@@ -39,12 +41,15 @@ type refModel struct {
 type refEvent struct {
 	idx  int64
 	fail bool
+	slow bool
 }
 
 type refTicket struct {
 	gen      uint64
 	state    State
 	recorded bool
+	start    int64 // mono, when admitted
+	slowAt   int64 // SlowCallDuration when admitted: the call is slow if it took this long
 }
 
 func newRefModel(p Policy, now instant) *refModel {
@@ -52,6 +57,7 @@ func newRefModel(p Policy, now instant) *refModel {
 	if m.p.Mode == ModeForcedOpen {
 		m.state = Open
 		m.changed, m.openedAt = true, now.wall
+		m.opens, m.openFor = 1, refPeriod(m.p, 1)
 	}
 	m.hi = m.bucketOf(now.mono)
 	return m
@@ -79,6 +85,9 @@ func (m *refModel) window() Counts {
 		if e.fail {
 			c.Failures++
 		}
+		if e.slow {
+			c.Slow++
+		}
 	}
 	return c
 }
@@ -94,19 +103,52 @@ func (m *refModel) counts(now instant) Counts {
 	return m.window()
 }
 
+// refPeriod is §5.13's k-th open period, spelled out.
+func refPeriod(p Policy, k int) time.Duration {
+	d := p.OpenTimeout
+	if p.MaxOpenTimeout == 0 {
+		return d
+	}
+	for i := 1; i < k; i++ {
+		if d >= p.MaxOpenTimeout {
+			break
+		}
+		d *= 2
+	}
+	return min(d, max(p.MaxOpenTimeout, p.OpenTimeout))
+}
+
 func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now instant) {
-	m.transitions = append(m.transitions, Transition{From: m.state, To: s, At: time.Unix(0, at.wall), Counts: c, Cause: cause, Period: m.gen + 1})
+	m.toWith(s, cause, TriggerNone, c, at, now, 0, 0)
+}
+
+func (m *refModel) toWith(s State, cause TransitionCause, trig Trigger, c Counts, at, now instant, opens int, openFor time.Duration) {
+	from := m.state
 	m.gen++
 	m.state = s
 	m.since, m.sinceMono = at.wall, at.mono
 	m.changed = true
 	switch s {
 	case Open:
-		m.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
+		m.openTally = Counts{Calls: c.Calls, Failures: c.Failures, Slow: c.Slow}
 		m.openedAt = at.wall
+		m.opens++
+		if opens > 0 {
+			m.opens = opens
+		}
+		m.openFor = openFor
+		if openFor <= 0 {
+			m.openFor = refPeriod(m.p, m.opens)
+		}
 	case Closed:
 		m.openTally = Counts{}
+		m.opens, m.openFor = 0, 0
 	}
+	tr := Transition{From: from, To: s, At: time.Unix(0, at.wall), Counts: c, Cause: cause, Trigger: trig, Period: m.gen}
+	if s != Closed {
+		tr.ConsecutiveOpens, tr.OpenTimeout = m.opens, m.openFor
+	}
+	m.transitions = append(m.transitions, tr)
 	m.inflight, m.probeCalls, m.probeSucc = 0, 0, 0
 	m.awaiting = false
 	m.events = nil
@@ -116,7 +158,7 @@ func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now instant)
 func (m *refModel) forced() bool { return m.p.Mode == ModeForcedOpen || m.p.Mode == ModeForcedClosed }
 
 func (m *refModel) advance(now instant) {
-	if m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= m.sinceMono+int64(m.p.OpenTimeout) {
+	if m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= m.sinceMono+int64(m.openFor) {
 		m.to(HalfOpen, CauseTimeout, m.openTally, now, now)
 	}
 	// No probe outcome for OpenTimeout after the last admission: the probes leaked.
@@ -127,7 +169,7 @@ func (m *refModel) advance(now instant) {
 
 func (m *refModel) admit(now instant) (refTicket, RejectReason) {
 	m.advance(now)
-	t := refTicket{gen: m.gen, state: m.state}
+	t := refTicket{gen: m.gen, state: m.state, start: now.mono, slowAt: int64(m.p.SlowCallDuration)}
 	switch {
 	case m.state == Closed:
 		t.recorded = true
@@ -156,31 +198,41 @@ func (m *refModel) finish(t refTicket, o Outcome, now instant) Outcome {
 	if t.gen != m.gen {
 		return OutcomeIgnored
 	}
+	// §5.13: a call that took at least SlowCallDuration (as it stood when the call was
+	// admitted) is slow, whatever its outcome.
+	slow := t.slowAt > 0 && now.mono-t.start >= t.slowAt
 	switch m.state {
 	case Closed:
 		if o == OutcomeIgnored {
 			return o
 		}
 		m.roll(now)
-		m.events = append(m.events, refEvent{idx: m.hi, fail: o == OutcomeFailure})
-		if o == OutcomeFailure && m.p.Mode != ModeForcedClosed {
-			c := m.window()
-			if c.Calls >= int64(m.p.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= m.p.FailureRatio {
-				m.to(Open, CauseCalls, c, now, now)
-			}
+		m.events = append(m.events, refEvent{idx: m.hi, fail: o == OutcomeFailure, slow: slow})
+		if m.p.Mode == ModeForcedClosed {
+			return o
+		}
+		c := m.window()
+		enough := c.Calls >= int64(m.p.MinimumThroughput)
+		switch {
+		case o == OutcomeFailure && enough && float64(c.Failures)/float64(c.Calls) >= m.p.FailureRatio:
+			m.toWith(Open, CauseCalls, TriggerFailureRate, c, now, now, 0, 0)
+		case m.p.SlowCallDuration > 0 && enough && c.Slow > 0 && float64(c.Slow)/float64(c.Calls) >= m.p.SlowCallRatio:
+			m.toWith(Open, CauseCalls, TriggerSlowCallRate, c, now, now, 0, 0)
 		}
 	case HalfOpen:
 		m.inflight--
 		m.awaiting = false
-		switch o {
-		case OutcomeSuccess:
+		switch {
+		case o == OutcomeFailure:
+			m.toWith(Open, CauseCalls, TriggerFailedProbe, Counts{Calls: m.probeCalls + 1, Failures: 1, Successes: m.probeSucc, Slow: b2i(slow)}, now, now, 0, 0)
+		case o == OutcomeSuccess && slow:
+			m.toWith(Open, CauseCalls, TriggerSlowProbe, Counts{Calls: m.probeCalls + 1, Successes: m.probeSucc, Slow: 1}, now, now, 0, 0)
+		case o == OutcomeSuccess:
 			m.probeCalls++
 			m.probeSucc++
 			if m.probeSucc >= int64(m.p.SuccessThreshold) {
 				m.to(Closed, CauseCalls, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
 			}
-		case OutcomeFailure:
-			m.to(Open, CauseCalls, Counts{Calls: m.probeCalls + 1, Failures: 1, Successes: m.probeSucc}, now, now)
 		}
 	}
 	return o
@@ -202,6 +254,9 @@ func (m *refModel) update(p Policy, now instant) {
 	}
 	old := m.p
 	m.p = p
+	if (old.OpenTimeout != p.OpenTimeout || old.MaxOpenTimeout != p.MaxOpenTimeout) && m.opens > 0 {
+		m.openFor = refPeriod(p, m.opens)
+	}
 	if old.Window != p.Window {
 		// The live bucket's outcomes move to the new-width bucket holding now; the previous
 		// bucket's stay just before it.
@@ -240,12 +295,19 @@ func (m *refModel) adopt(v Verdict, now instant) bool {
 			if !future && since.wall != m.since {
 				m.since, m.sinceMono, m.openedAt = since.wall, since.mono, since.wall
 			}
+			// The verdict's open period, where it carries one.
+			if v.ConsecutiveOpens > 0 {
+				m.opens = v.ConsecutiveOpens
+			}
+			if v.OpenTimeout > 0 {
+				m.openFor = v.OpenTimeout
+			}
 			return false
 		}
 		if stale {
 			return false
 		}
-		m.to(Open, CauseAdopted, m.counts(now), since, now)
+		m.toWith(Open, CauseAdopted, TriggerNone, m.counts(now), since, now, v.ConsecutiveOpens, v.OpenTimeout)
 	case HalfOpen:
 		if m.state != Open || stale {
 			return false
@@ -263,15 +325,23 @@ func (m *refModel) adopt(v Verdict, now instant) bool {
 
 func (m *refModel) verdict(now instant) Verdict {
 	m.advance(now)
-	return Verdict{State: m.state, Since: time.Unix(0, m.since)}
+	v := Verdict{State: m.state, Since: time.Unix(0, m.since), ConsecutiveOpens: m.opens}
+	if m.state == Open {
+		v.OpenTimeout = m.openFor
+	}
+	return v
 }
 
 // modelPolicy draws a valid policy from small values, so that thresholds are reached often.
 func modelPolicy(r *rand.Rand) Policy {
 	pick := func(xs ...int) int { return xs[r.IntN(len(xs))] }
 	modes := []Mode{"", ModeEnforce, ModeEnforce, ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed}
+	openTimeout := time.Duration(pick(1, 3, 10)) * time.Second
 	return Policy{
-		OpenTimeout:            time.Duration(pick(1, 3, 10)) * time.Second,
+		OpenTimeout:            openTimeout,
+		SlowCallDuration:       []time.Duration{0, 0, time.Millisecond, 100 * time.Millisecond, time.Second, 2 * time.Second}[r.IntN(6)],
+		SlowCallRatio:          []float64{0.25, 0.5, 1}[r.IntN(3)],
+		MaxOpenTimeout:         openTimeout * time.Duration(pick(0, 0, 1, 2, 8, 100)),
 		Window:                 time.Duration(pick(1, 2, 5, 10)) * time.Second,
 		FailureRatio:           []float64{0.25, 0.3, 0.5, 0.5, 1}[r.IntN(5)],
 		MinimumThroughput:      pick(1, 2, 3, 5),
@@ -291,32 +361,50 @@ type liveCall struct {
 // (modes included) and Adopt, and compares them after every step: admission, outcome,
 // State, Counts, Verdict and every transition.
 func TestModel(t *testing.T) {
-	sequences, steps := 3000, 120
+	// 5,000 sequences each with and without a call observer (which takes the locked path
+	// for every call): 10,000 in all.
+	sequences, steps := 5000, 120
 	if testing.Short() {
 		sequences = 300
 	}
 	for _, observed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("callObserver=%v", observed), func(t *testing.T) {
-			leakReopens := 0
+			var reached modelReach
 			for seed := range uint64(sequences) {
-				leakReopens += runModelSequence(t, seed, steps, observed)
+				reached.add(runModelSequence(t, seed, steps, observed))
 				if t.Failed() {
 					return
 				}
 			}
-			// The sequences must reach the leaked-probe rule, or the comparison says nothing
-			// about it.
-			if leakReopens == 0 {
-				t.Fatal("no sequence re-opened a circuit over a leaked probe")
+			// The sequences must reach every rule, or the comparison says nothing about it.
+			t.Logf("reached: %+v", reached)
+			if reached.leakReopens == 0 || reached.slowTrips == 0 || reached.slowProbes == 0 || reached.backedOff == 0 || reached.adoptedPeriods == 0 {
+				t.Fatalf("some rule was never reached: %+v", reached)
 			}
-			t.Logf("%d re-opens over leaked probes", leakReopens)
 		})
 	}
 }
 
-// runModelSequence runs one sequence and returns how many times its circuit re-opened over
-// a leaked probe.
-func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leakReopens int) {
+// modelReach counts how often the sequences reached the rules that random steps reach
+// least easily.
+type modelReach struct {
+	leakReopens    int // half-open → open over a leaked probe
+	slowTrips      int // opened on the slow-call rate
+	slowProbes     int // re-opened by a slow probe
+	backedOff      int // an open period longer than OpenTimeout
+	adoptedPeriods int // an open period taken from a verdict
+}
+
+func (r *modelReach) add(o modelReach) {
+	r.leakReopens += o.leakReopens
+	r.slowTrips += o.slowTrips
+	r.slowProbes += o.slowProbes
+	r.backedOff += o.backedOff
+	r.adoptedPeriods += o.adoptedPeriods
+}
+
+// runModelSequence runs one sequence and reports which rules it reached.
+func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reached modelReach) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	clock := newFakeClock()
 	clock.Advance(time.Duration(r.Int64N(int64(time.Hour))))
@@ -417,6 +505,12 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 			fmt.Fprintf(&log, "%d update %+v\n", step, np)
 		case k < 95:
 			v := Verdict{State: State(r.IntN(3))}
+			if v.State == Open && r.IntN(2) == 0 {
+				// A verdict that carries its open period (§5.13), as the fleet's and the
+				// Redis store's do.
+				v.ConsecutiveOpens = 1 + r.IntN(5)
+				v.OpenTimeout = time.Duration(1+r.IntN(20)) * time.Second
+			}
 			switch r.IntN(4) {
 			case 0:
 				v.Since = m.verdict(now()).Since // maybe identical
@@ -458,7 +552,8 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 			if got, want := b.State(), m.verdict(now()).State; got != want {
 				fail("step %d: State = %v, model %v", step, got, want)
 			}
-			if got, want := b.Verdict(), m.verdict(now()); got.State != want.State || !got.Since.Equal(want.Since) {
+			if got, want := b.Verdict(), m.verdict(now()); got.State != want.State || !got.Since.Equal(want.Since) ||
+				got.ConsecutiveOpens != want.ConsecutiveOpens || got.OpenTimeout != want.OpenTimeout {
 				fail("step %d: Verdict = %+v, model %+v", step, got, want)
 			}
 		}
@@ -466,8 +561,19 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 		want := m.transitions
 		m.transitions = nil
 		for _, w := range want {
-			if w.From == HalfOpen && w.To == Open && w.Cause == CauseTimeout {
-				leakReopens++
+			switch {
+			case w.From == HalfOpen && w.To == Open && w.Cause == CauseTimeout:
+				reached.leakReopens++
+			case w.Trigger == TriggerSlowCallRate:
+				reached.slowTrips++
+			case w.Trigger == TriggerSlowProbe:
+				reached.slowProbes++
+			}
+			if w.To == Open && w.Cause == CauseAdopted && w.OpenTimeout != m.p.OpenTimeout {
+				reached.adoptedPeriods++
+			}
+			if w.To == Open && w.OpenTimeout > m.p.OpenTimeout && w.Cause != CauseAdopted {
+				reached.backedOff++
 			}
 		}
 		if len(got) != len(want) {
@@ -475,7 +581,8 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 		}
 		for i := range got {
 			g, w := got[i], want[i]
-			if g.From != w.From || g.To != w.To || g.Cause != w.Cause || g.Period != w.Period || g.Counts != w.Counts || !g.At.Equal(w.At) || g.Breaker != "model" {
+			if g.From != w.From || g.To != w.To || g.Cause != w.Cause || g.Trigger != w.Trigger || g.Period != w.Period || g.Counts != w.Counts ||
+				g.ConsecutiveOpens != w.ConsecutiveOpens || g.OpenTimeout != w.OpenTimeout || !g.At.Equal(w.At) || g.Breaker != "model" {
 				fail("step %d: transition %+v, model %+v", step, g, w)
 			}
 		}
@@ -488,5 +595,5 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (leak
 	if got, want := b.Counts(), m.counts(now()); got != want {
 		fail("final Counts = %+v, model %+v", got, want)
 	}
-	return leakReopens
+	return reached
 }

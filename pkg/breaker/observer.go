@@ -150,6 +150,9 @@ type CallEvent struct {
 	Final    State        // the state after its outcome was recorded
 	Err      error        // what the protected function returned; nil on success
 	Panicked bool
+	// Slow says the call took at least SlowCallDuration (only judged when it is set; a
+	// call the caller gave up on, context.Canceled, is never slow).
+	Slow bool
 }
 
 // FallbackReason says why Call ran the Open callback.

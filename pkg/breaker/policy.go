@@ -187,6 +187,22 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
+// openPeriod is how long the k-th consecutive open period lasts (§5.13): OpenTimeout, or
+// with MaxOpenTimeout set min(OpenTimeout × 2^(k-1), MaxOpenTimeout).
+func (p Policy) openPeriod(k int) time.Duration {
+	if p.MaxOpenTimeout <= p.OpenTimeout || k <= 1 {
+		return p.OpenTimeout
+	}
+	d := p.OpenTimeout
+	for i := 1; i < k && d < p.MaxOpenTimeout; i++ {
+		if d > p.MaxOpenTimeout/2 {
+			return p.MaxOpenTimeout
+		}
+		d *= 2
+	}
+	return min(d, p.MaxOpenTimeout)
+}
+
 // FieldError says which policy field was refused and why.
 type FieldError struct {
 	Field  string // the field's name in the rendered configuration, e.g. "failureRatio"

@@ -7,8 +7,10 @@ import (
 	"sync"
 )
 
-// Registry holds named breakers, creates them on first use and hot-reloads their policies.
-// It is safe for concurrent use.
+// Registry holds named breakers and breaker Groups, creates them on first use and
+// hot-reloads their policies: a Group takes the policy configured for its name, as a
+// breaker does. Breakers and Groups share one namespace, since each name is one
+// CircuitBreaker: a name is either a breaker's or a Group's. It is safe for concurrent use.
 type Registry struct {
 	def  Policy
 	opts []Option
@@ -20,6 +22,7 @@ type Registry struct {
 	mu         sync.RWMutex
 	configured map[string]Policy   // guarded by mu: the last good policy per configured name
 	breakers   map[string]*Breaker // guarded by mu
+	groups     map[string]*Group   // guarded by mu
 }
 
 // NewRegistry returns an empty registry. Breakers it creates get defaultPolicy unless Apply
@@ -33,11 +36,13 @@ func NewRegistry(defaultPolicy Policy, opts ...Option) (*Registry, error) {
 		opts:       slices.Clone(opts),
 		configured: map[string]Policy{},
 		breakers:   map[string]*Breaker{},
+		groups:     map[string]*Group{},
 	}, nil
 }
 
 // Get returns the breaker named name, creating it on first use with the policy configured
-// for name, or else the default one.
+// for name, or else the default one. It panics if name is a Group's: one name cannot be
+// both.
 func (r *Registry) Get(name string) *Breaker {
 	r.mu.RLock()
 	b, ok := r.breakers[name]
@@ -50,10 +55,10 @@ func (r *Registry) Get(name string) *Breaker {
 	if b, ok := r.breakers[name]; ok {
 		return b
 	}
-	p, ok := r.configured[name]
-	if !ok {
-		p = r.def
+	if _, ok := r.groups[name]; ok {
+		panic(fmt.Sprintf("breaker: registry: %q is a Group; use Registry.Group(%[1]q)", name))
 	}
+	p := r.policyLocked(name)
 	// Every policy here has been validated, so New cannot fail.
 	b, err := New(name, p, r.opts...)
 	if err != nil {
@@ -61,6 +66,62 @@ func (r *Registry) Get(name string) *Breaker {
 	}
 	r.breakers[name] = b
 	return b
+}
+
+// policyLocked is the policy of name: configured, or else the default. Caller holds mu.
+func (r *Registry) policyLocked(name string) Policy {
+	if p, ok := r.configured[name]; ok {
+		return p
+	}
+	return r.def
+}
+
+// Group returns the breaker Group named name, creating it on first use with the policy
+// configured for name, or else the default one, and the registry's options for its
+// members; set its bound with [Group.SetMaxKeys]. Apply reaches the Group as it reaches a
+// breaker. It panics if name is a breaker's (one name cannot be both) or contains
+// [KeySeparator].
+func (r *Registry) Group(name string) *Group {
+	r.mu.RLock()
+	g, ok := r.groups[name]
+	r.mu.RUnlock()
+	if ok {
+		return g
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g, ok := r.groups[name]; ok {
+		return g
+	}
+	if _, ok := r.breakers[name]; ok {
+		panic(fmt.Sprintf("breaker: registry: %q is a breaker; a Group needs a name of its own", name))
+	}
+	g, err := NewGroup(name, r.policyLocked(name), r.opts...)
+	if err != nil {
+		panic("breaker: registry: " + err.Error())
+	}
+	r.groups[name] = g
+	return g
+}
+
+// LookupGroup returns the Group named name if it exists, without creating it.
+func (r *Registry) LookupGroup(name string) (*Group, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	g, ok := r.groups[name]
+	return g, ok
+}
+
+// GroupNames returns the names of the existing Groups, sorted.
+func (r *Registry) GroupNames() []string {
+	r.mu.RLock()
+	names := make([]string, 0, len(r.groups))
+	for n := range r.groups {
+		names = append(names, n)
+	}
+	r.mu.RUnlock()
+	slices.Sort(names)
+	return names
 }
 
 // Lookup returns the breaker named name if it exists, without creating it.
@@ -104,27 +165,28 @@ func (r *Registry) Apply(policies map[string]Policy) error {
 	}
 	r.configured = next
 	type update struct {
-		b *Breaker
-		p Policy
+		name   string
+		update func(Policy) error
+		p      Policy
 	}
-	updates := make([]update, 0, len(r.breakers))
+	updates := make([]update, 0, len(r.breakers)+len(r.groups))
 	for name, b := range r.breakers {
-		if refused[name] {
-			continue
+		if !refused[name] {
+			updates = append(updates, update{name, b.Update, r.policyLocked(name)})
 		}
-		p, ok := next[name]
-		if !ok {
-			p = r.def
+	}
+	for name, g := range r.groups {
+		if !refused[name] {
+			updates = append(updates, update{name, g.Update, r.policyLocked(name)})
 		}
-		updates = append(updates, update{b, p})
 	}
 	r.mu.Unlock()
 
 	// Outside mu: Update delivers transitions to observers, which may call back into the
 	// registry.
 	for _, u := range updates {
-		if err := u.b.Update(u.p); err != nil {
-			errs = append(errs, fmt.Errorf("breaker %q: %w", u.b.Name(), err))
+		if err := u.update(u.p); err != nil {
+			errs = append(errs, fmt.Errorf("breaker %q: %w", u.name, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -101,3 +101,67 @@ func TestRegistryConcurrent(t *testing.T) {
 		}
 	}
 }
+
+func TestRegistryGroups(t *testing.T) {
+	reg, err := NewRegistry(DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight := DefaultPolicy()
+	tight.OpenTimeout = 5 * time.Second
+	if err := reg.Apply(map[string]Policy{"hosts": tight}); err != nil {
+		t.Fatal(err)
+	}
+	g := reg.Group("hosts")
+	if reg.Group("hosts") != g {
+		t.Fatal("Group returned two Groups for one name")
+	}
+	if got := g.Get("a.example").Policy().OpenTimeout; got != 5*time.Second {
+		t.Errorf("a member of a configured Group has OpenTimeout %v", got)
+	}
+
+	tighter := tight
+	tighter.OpenTimeout = 2 * time.Second
+	bad := tight
+	bad.Window = -1
+	if err := reg.Apply(map[string]Policy{"hosts": tighter}); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Get("a.example").Policy().OpenTimeout; got != 2*time.Second {
+		t.Errorf("Apply did not reach the member: OpenTimeout %v", got)
+	}
+	if err := reg.Apply(map[string]Policy{"hosts": bad}); err == nil || !strings.Contains(err.Error(), `"hosts"`) {
+		t.Errorf("invalid policy for a Group: %v", err)
+	}
+	if got := g.Policy().OpenTimeout; got != 2*time.Second {
+		t.Errorf("a refused policy changed the Group: %v", got)
+	}
+	if err := reg.Apply(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Get("b.example").Policy(); got != DefaultPolicy().withDefaults() {
+		t.Errorf("an unconfigured Group's member runs %+v, want the default", got)
+	}
+	if g2, ok := reg.LookupGroup("hosts"); !ok || g2 != g || !slices.Equal(reg.GroupNames(), []string{"hosts"}) || len(reg.Names()) != 0 {
+		t.Errorf("LookupGroup %v %v, GroupNames %v, Names %v", g2, ok, reg.GroupNames(), reg.Names())
+	}
+
+	reg.Get("payments")
+	for _, tc := range []struct {
+		name string
+		f    func()
+	}{
+		{"a breaker's name as a Group's", func() { reg.Group("payments") }},
+		{"a Group's name as a breaker's", func() { reg.Get("hosts") }},
+		{"a separator in a Group's name", func() { reg.Group("a/b") }},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", tc.name)
+				}
+			}()
+			tc.f()
+		}()
+	}
+}

@@ -6,8 +6,9 @@ import "time"
 // themselves, and the lazy open → half-open move. Every function here runs with mu held;
 // the transitions it makes are collected in a pending and delivered after the lock.
 
-// record applies the outcome of a call admitted in the current period. Caller holds mu.
-func (b *Breaker) record(now int64, o Outcome, err error, pend *pending) Outcome {
+// record applies the outcome of a call admitted in the current period; slow says the call
+// took at least SlowCallDuration (§5.13). Caller holds mu.
+func (b *Breaker) record(now int64, o Outcome, slow bool, err error, pend *pending) Outcome {
 	switch b.state {
 	case Closed:
 		if o == OutcomeIgnored {
@@ -15,16 +16,25 @@ func (b *Breaker) record(now int64, o Outcome, err error, pend *pending) Outcome
 		}
 		b.roll(now)
 		b.bucket.Load().stripes[0].calls.Add(1) // under mu the bucket is live
-		if o == OutcomeSuccess {
-			return o
+		if slow {
+			b.liveSlow++
 		}
-		b.liveFailures++
+		if o == OutcomeFailure {
+			b.liveFailures++
+		}
 		if b.policy.Mode == ModeForcedClosed {
 			return o
 		}
+		// Failures are judged after a failure (the seed's rule), slow calls after any
+		// call: a fast success can bring the window to MinimumThroughput calls.
 		c := b.windowCounts()
-		if c.Calls >= int64(b.policy.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= b.policy.FailureRatio {
-			b.transition(Open, CauseCalls, c, err, b.exactInstant(), now, pend)
+		switch {
+		case o == OutcomeFailure && c.Calls >= int64(b.policy.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= b.policy.FailureRatio:
+			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerFailureRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
+		case b.slowTrips(c):
+			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerSlowCallRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
+		default:
+			b.guardSlow(c)
 		}
 	case HalfOpen:
 		// Every recorded call admitted while half-open is a probe. Whatever its outcome,
@@ -33,19 +43,52 @@ func (b *Breaker) record(now int64, o Outcome, err error, pend *pending) Outcome
 			b.probesInFlight--
 		}
 		b.awaitingProbe = false
-		switch o {
-		case OutcomeSuccess:
+		switch {
+		case o == OutcomeFailure:
+			c := Counts{Calls: b.probeCalls + 1, Failures: 1, Successes: b.probeSuccesses, Slow: b2i(slow)}
+			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerFailedProbe, counts: c, err: err, at: b.exactInstant()}, now, pend)
+		case o == OutcomeSuccess && slow:
+			// A slow probe is a failed probe: the dependency answers, too late.
+			c := Counts{Calls: b.probeCalls + 1, Successes: b.probeSuccesses, Slow: 1}
+			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerSlowProbe, counts: c, at: b.exactInstant()}, now, pend)
+		case o == OutcomeSuccess:
 			b.probeCalls++
 			b.probeSuccesses++
 			if b.probeSuccesses >= int64(b.policy.SuccessThreshold) {
-				b.transition(Closed, CauseCalls, b.probeCounts(), nil, b.exactInstant(), now, pend)
+				b.transition(move{to: Closed, cause: CauseCalls, counts: b.probeCounts(), at: b.exactInstant()}, now, pend)
 			}
-		case OutcomeFailure:
-			c := Counts{Calls: b.probeCalls + 1, Failures: 1, Successes: b.probeSuccesses}
-			b.transition(Open, CauseCalls, c, err, b.exactInstant(), now, pend)
 		}
 	}
 	return o
+}
+
+// slowTrips reports whether the window c opens the circuit on its slow calls. Caller holds
+// mu.
+func (b *Breaker) slowTrips(c Counts) bool {
+	return b.policy.SlowCallDuration > 0 && c.Slow > 0 && c.Calls >= int64(b.policy.MinimumThroughput) &&
+		float64(c.Slow)/float64(c.Calls) >= b.policy.SlowCallRatio
+}
+
+// guardSlow tells the lock-free success path of the live bucket whether a success could
+// open the circuit on slow calls, so that it takes the lock and judges the window instead.
+// A fast success only lowers the slow-call rate, so it can open the circuit only by bringing
+// the window up to MinimumThroughput calls, or on a window that reached the rate without a
+// call (a roll dropped a bucket of fast calls): while either may happen, successes take the
+// lock, which is at most MinimumThroughput calls per bucket. Caller holds mu and has rolled.
+func (b *Breaker) guardSlow(c Counts) {
+	bk := b.bucket.Load()
+	guard := b.policy.SlowCallDuration > 0 && b.policy.Mode != ModeForcedClosed && b.state == Closed && c.Slow > 0 &&
+		(c.Calls < int64(b.policy.MinimumThroughput) || float64(c.Slow)/float64(c.Calls) >= b.policy.SlowCallRatio)
+	if bk.guard.Load() != guard {
+		bk.guard.Store(guard)
+	}
+}
+
+func b2i(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 func (b *Breaker) probeCounts() Counts {
@@ -64,21 +107,43 @@ func (b *Breaker) counts(now int64) Counts {
 	return b.windowCounts()
 }
 
-// transition moves to state to and starts a new state period. Caller holds mu.
-// at is when the state is reached (for an adopted verdict, its Since), now the monotonic
+// move is one transition to make.
+type move struct {
+	to      State
+	cause   TransitionCause
+	trigger Trigger
+	counts  Counts // the counts behind it (Transition.Counts)
+	err     error
+	// at is when the state is reached (for an adopted verdict, its Since).
+	at instant
+	// For a move to Open: the open period entered, as a verdict carried it (Adopt); 0
+	// means the next consecutive open period under the policy (§5.13).
+	opens   int
+	openFor time.Duration
+}
+
+// transition makes m and starts a new state period. Caller holds mu. now is the monotonic
 // reading the window restarts from.
-func (b *Breaker) transition(to State, cause TransitionCause, c Counts, err error, at instant, now int64, pend *pending) {
+func (b *Breaker) transition(m move, now int64, pend *pending) {
 	from := b.state
 	b.gen++
-	b.state = to
-	b.since, b.sinceMono = at.wall, at.mono
+	b.state = m.to
+	b.since, b.sinceMono = m.at.wall, m.at.mono
 	b.changed = true
-	switch to {
+	switch m.to {
 	case Open:
-		b.openTally = Counts{Calls: c.Calls, Failures: c.Failures}
-		b.openedAt = at.wall
+		b.openTally = Counts{Calls: m.counts.Calls, Failures: m.counts.Failures, Slow: m.counts.Slow}
+		b.openedAt = m.at.wall
+		b.opens, b.openFor = b.opens+1, 0
+		if m.opens > 0 {
+			b.opens = m.opens
+		}
+		if b.openFor = m.openFor; b.openFor <= 0 {
+			b.openFor = b.policy.openPeriod(b.opens)
+		}
 	case Closed:
 		b.openTally = Counts{}
+		b.opens, b.openFor = 0, 0
 	}
 	b.probesInFlight, b.probeCalls, b.probeSuccesses = 0, 0, 0
 	b.awaitingProbe = false
@@ -86,20 +151,27 @@ func (b *Breaker) transition(to State, cause TransitionCause, c Counts, err erro
 	// openTally): that is what tells the lock-free path its result is stale.
 	b.resetWindow(now)
 	b.publish()
-	pend.add(Transition{Breaker: b.name, From: from, To: to, At: time.Unix(0, at.wall), Counts: c, Err: err, Cause: cause, Period: b.gen})
+	t := Transition{Breaker: b.name, From: from, To: m.to, At: time.Unix(0, m.at.wall), Counts: m.counts, Err: m.err, Cause: m.cause, Trigger: m.trigger, Period: b.gen}
+	if m.to != Closed {
+		t.ConsecutiveOpens, t.OpenTimeout = b.opens, b.openFor
+	}
+	pend.add(t)
 }
 
 // openNow opens the circuit for Trip, a forced mode or Adopt, keeping the tally that
 // opened it. Caller holds mu.
 func (b *Breaker) openNow(cause TransitionCause, at instant, now int64, pend *pending) {
-	c := b.counts(now)
-	b.transition(Open, cause, c, nil, at, now, pend)
+	b.transition(move{to: Open, cause: cause, counts: b.counts(now), at: at}, now, pend)
 }
+
+// openUntil is when, on the monotonic timeline, the open period ends. Caller holds mu.
+func (b *Breaker) openUntil() int64 { return addSat(b.sinceMono, int64(b.openFor)) }
 
 // advance applies the moves that time alone makes, lazily, when a call or a reader next
 // looks (caller holds mu):
 //
-//   - open → half-open, OpenTimeout after the open period started;
+//   - open → half-open, once the open period (OpenTimeout, or its backed-off length under
+//     MaxOpenTimeout) has passed since it started;
 //   - half-open → open, OpenTimeout after the last probe was admitted if no probe outcome
 //     has arrived since (§5.3). A probe whose done is never called (a goroutine that
 //     leaked, a body nobody closed) would otherwise hold its slot for ever, and with every
@@ -110,12 +182,12 @@ func (b *Breaker) openNow(cause TransitionCause, at instant, now int64, pend *pe
 func (b *Breaker) advance(now int64, pend *pending) {
 	switch b.state {
 	case Open:
-		if b.policy.Mode != ModeForcedOpen && now >= addSat(b.sinceMono, int64(b.policy.OpenTimeout)) {
-			b.transition(HalfOpen, CauseTimeout, b.openTally, nil, b.exactInstant(), now, pend)
+		if b.policy.Mode != ModeForcedOpen && now >= b.openUntil() {
+			b.transition(move{to: HalfOpen, cause: CauseTimeout, counts: b.openTally, at: b.exactInstant()}, now, pend)
 		}
 	case HalfOpen:
 		if b.awaitingProbe && now >= addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)) {
-			b.transition(Open, CauseTimeout, b.probeCounts(), nil, b.exactInstant(), now, pend)
+			b.transition(move{to: Open, cause: CauseTimeout, counts: b.probeCounts(), at: b.exactInstant()}, now, pend)
 		}
 	}
 }

@@ -26,7 +26,10 @@ func (b *Breaker) Verdict() Verdict {
 	var pend pending
 	b.mu.Lock()
 	b.advance(b.now(), &pend)
-	v := Verdict{State: b.state, Since: time.Unix(0, b.since)}
+	v := Verdict{State: b.state, Since: time.Unix(0, b.since), ConsecutiveOpens: b.opens}
+	if b.state == Open {
+		v.OpenTimeout = b.openFor
+	}
 	b.mu.Unlock()
 	b.deliver(&pend)
 	return v
@@ -36,8 +39,11 @@ func (b *Breaker) Verdict() Verdict {
 // window's tallies, and reports whether the state changed:
 //
 //   - Open: the circuit is open, its open period starting at v.Since, from any state; if it
-//     is already open, v.Since replaces the local start (and the state does not change). It
-//     goes half-open by itself OpenTimeout after v.Since, with its own local probe cap.
+//     is already open, v.Since replaces the local start (and the state does not change). Its
+//     open period is the verdict's (v.ConsecutiveOpens and v.OpenTimeout, when set; else
+//     the next under the local policy), so processes that share a verdict back off as one
+//     (§5.13). It goes half-open by itself that long after v.Since, with its own local
+//     probe cap.
 //   - HalfOpen: from Open only, moves to half-open, where it probes with its own cap and
 //     counts its own probe successes from zero.
 //   - Closed: from Open or HalfOpen, closes, clearing the window, unless v.Since is
@@ -84,8 +90,18 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 	switch v.State {
 	case Open:
 		if b.state == Open {
-			if !future && since.wall != b.since {
+			retime := !future && since.wall != b.since
+			if retime {
 				b.since, b.sinceMono, b.openedAt = since.wall, since.mono, since.wall
+			}
+			// The verdict's open period is the one every process keeps (§5.13).
+			if v.ConsecutiveOpens > 0 && v.ConsecutiveOpens != b.opens {
+				b.opens, retime = v.ConsecutiveOpens, true
+			}
+			if v.OpenTimeout > 0 && v.OpenTimeout != b.openFor {
+				b.openFor, retime = v.OpenTimeout, true
+			}
+			if retime {
 				b.publish()
 			}
 			return false
@@ -93,12 +109,12 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		if stale {
 			return false
 		}
-		b.openNow(CauseAdopted, since, now, pend)
+		b.transition(move{to: Open, cause: CauseAdopted, counts: b.counts(now), at: since, opens: v.ConsecutiveOpens, openFor: v.OpenTimeout}, now, pend)
 	case HalfOpen:
 		if b.state != Open || stale {
 			return false
 		}
-		b.transition(HalfOpen, CauseAdopted, b.openTally, nil, since, now, pend)
+		b.transition(move{to: HalfOpen, cause: CauseAdopted, counts: b.openTally, at: since}, now, pend)
 	case Closed:
 		// A closed verdict ends every open period that started before it. It is
 		// judged against when this circuit opened, not when it went half-open:
@@ -107,7 +123,7 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		if b.state == Closed || b.changed && since.wall < b.openedAt {
 			return false
 		}
-		b.transition(Closed, CauseAdopted, b.counts(now), nil, since, now, pend)
+		b.transition(move{to: Closed, cause: CauseAdopted, counts: b.counts(now), at: since}, now, pend)
 	default:
 		return false
 	}

@@ -21,7 +21,10 @@ type liveBucket struct {
 	gen        uint64 // the state period the bucket belongs to
 	idx        int64  // floor(start / window)
 	start, end int64  // on the monotonic timeline (clock.go), [start, end)
-	_          [64]byte
+	// guard, set under mu, sends successes to the lock: one could open the circuit on
+	// slow calls (guardSlow).
+	guard atomic.Bool
+	_     [64]byte
 	// The count of calls is striped over cache lines, so that goroutines on different cores
 	// do not take turns owning one line: under RunParallel on two cores one shared counter
 	// cost about twice as much per add as eight stripes.
@@ -67,6 +70,7 @@ func (b *Breaker) windowCounts() Counts {
 	return Counts{
 		Calls:    b.bucket.Load().calls() + b.prevCalls,
 		Failures: b.liveFailures + b.prevFailures,
+		Slow:     b.liveSlow + b.prevSlow,
 	}
 }
 
@@ -80,12 +84,15 @@ func (b *Breaker) roll(now int64) {
 	}
 	calls := b.seal(live)
 	if idx == live.idx+1 {
-		b.prevCalls, b.prevFailures = calls, b.liveFailures
+		b.prevCalls, b.prevFailures, b.prevSlow = calls, b.liveFailures, b.liveSlow
 	} else {
-		b.prevCalls, b.prevFailures = 0, 0
+		b.prevCalls, b.prevFailures, b.prevSlow = 0, 0, 0
 	}
-	b.liveFailures = 0
+	b.liveFailures, b.liveSlow = 0, 0
 	b.installBucket(idx, 0)
+	if b.prevSlow > 0 {
+		b.guardSlow(b.windowCounts())
+	}
 }
 
 // reindex re-cuts the window after its width changed: the live bucket's tallies become
@@ -95,6 +102,7 @@ func (b *Breaker) roll(now int64) {
 func (b *Breaker) reindex(now int64) {
 	calls := b.seal(b.bucket.Load())
 	b.installBucket(floorDiv(now, int64(b.policy.Window)), calls)
+	b.guardSlow(b.windowCounts())
 }
 
 // resetWindow empties the window. Caller holds mu (or owns b).
@@ -103,6 +111,7 @@ func (b *Breaker) resetWindow(now int64) {
 		b.seal(live)
 	}
 	b.liveFailures, b.prevCalls, b.prevFailures = 0, 0, 0
+	b.liveSlow, b.prevSlow = 0, 0
 	b.installBucket(floorDiv(now, int64(b.policy.Window)), 0)
 }
 

@@ -204,13 +204,21 @@ func TestDefaultServesTheWebhooks(t *testing.T) {
 	objs := kustomizeBuild(t, "config/default")
 	var mutating admissionregistrationv1.MutatingWebhookConfiguration
 	find(t, objs, "MutatingWebhookConfiguration", "fusebox-mutating-webhook-configuration", &mutating)
+	overriddenBy := false
 	for _, w := range mutating.Webhooks {
+		if w.Name == "overridden-by.circuitbreakers.resilience.fusebox.dev" {
+			// The annotation is an audit record: without the webhook, a client's own value would stand.
+			overriddenBy = w.FailurePolicy != nil && *w.FailurePolicy == admissionregistrationv1.Fail && len(w.MatchConditions) == 1
+		}
 		if w.ClientConfig.Service == nil || w.ClientConfig.Service.Name != "fusebox-webhook-service" || w.ClientConfig.Service.Namespace != "fusebox-system" {
 			t.Errorf("webhook %s calls %+v, want the fusebox-system/fusebox-webhook-service", w.Name, w.ClientConfig.Service)
 		}
 		if w.Rules[0].Resources[0] == "pods" && (w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore) {
 			t.Errorf("pod webhook %s: failurePolicy %v; Fusebox must never stop a pod from starting", w.Name, w.FailurePolicy)
 		}
+	}
+	if !overriddenBy {
+		t.Error("no overridden-by webhook that fails closed, with its match condition, in config/default")
 	}
 	var validating admissionregistrationv1.ValidatingWebhookConfiguration
 	find(t, objs, "ValidatingWebhookConfiguration", "fusebox-validating-webhook-configuration", &validating)

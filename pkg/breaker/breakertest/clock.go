@@ -1,53 +1,36 @@
-// Package breakertest helps test code that uses pkg/breaker: a clock that
-// moves only when told to, so a test can make an open timeout or a window
-// pass without sleeping, and step its wall clock alone, as NTP would.
 package breakertest
 
 import (
-	"sync"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
-// Clock is a breaker.MonotonicClock that moves only when told to. It reads two
-// clocks: the wall clock (Now) and a monotonic one (Monotonic), which a breaker
-// measures its durations on. Advance moves both, as time passing does;
-// StepWall moves the wall clock alone, as a correction by NTP or a VM resumed
-// does. It is safe for concurrent use.
+var _ breaker.MonotonicClock = (*Clock)(nil)
+
+// Clock is a breaker.MonotonicClock that moves only when told to. It reads two clocks: the
+// wall clock (Now) and a monotonic one (Monotonic), which a breaker measures its durations
+// on. Advance moves both, as time passing does; StepWall moves the wall clock alone, as a
+// correction by NTP or a VM resumed does. It is safe for concurrent use.
 type Clock struct {
-	mu   sync.Mutex
-	now  time.Time     // guarded by mu
-	mono time.Duration // guarded by mu
+	// The clock lives in an internal package that the core's own tests share: they
+	// cannot import this package, which imports the core.
+	c *fakeclock.Clock
 }
 
 // NewClock returns a Clock reading start, its monotonic reading at 0.
-func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+func NewClock(start time.Time) *Clock { return &Clock{c: fakeclock.NewClock(start)} }
 
 // Now returns the wall clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+func (c *Clock) Now() time.Time { return c.c.Now() }
 
 // Monotonic returns the monotonic clock's reading: the sum of every Advance.
-func (c *Clock) Monotonic() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mono
-}
+func (c *Clock) Monotonic() time.Duration { return c.c.Monotonic() }
 
 // Advance lets d pass: both clocks move forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mono += d
-	c.mu.Unlock()
-}
+func (c *Clock) Advance(d time.Duration) { c.c.Advance(d) }
 
 // StepWall sets the wall clock d later (earlier, if d is negative) without any time
 // passing: the monotonic clock stays where it is.
-func (c *Clock) StepWall(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func (c *Clock) StepWall(d time.Duration) { c.c.StepWall(d) }

@@ -11,8 +11,6 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
-var _ breaker.MonotonicClock = (*breakertest.Clock)(nil)
-
 func TestClockMovesOnlyWhenAdvanced(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := breakertest.NewClock(start)

@@ -17,9 +17,17 @@ import (
 // until the circuit admits probes (1 while half-open probes are at their cap; none under
 // ForcedOpen, whose end nobody knows), so well-behaved clients and load balancers back off
 // instead of piling onto a struggling service. A Handler is safe for concurrent use.
+//
+// With Group set, each request goes through the Group's breaker of its key instead, so that
+// one failing route (or tenant) sheds its own load and not the whole server's (see
+// [NewGroupHandler]).
 type Handler struct {
-	// Breaker guards every request. Required.
+	// Breaker guards every request. Required unless Group is set.
 	Breaker *breaker.Breaker
+	// Group, when set, replaces Breaker: a request goes through Group's breaker of Key(r).
+	Group *breaker.Group
+	// Key picks a request's key in Group; nil means ByPattern.
+	Key func(*http.Request) string
 	// Next serves the requests the breaker admits. Required.
 	Next http.Handler
 	// IsFailure decides which response statuses count against the service; nil means
@@ -43,14 +51,27 @@ func Middleware(b *breaker.Breaker) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler { return NewHandler(b, next) }
 }
 
+// NewGroupHandler returns a Handler that guards next with one breaker of g per key(r); key
+// nil means ByPattern, one breaker per ServeMux pattern.
+func NewGroupHandler(g *breaker.Group, key func(*http.Request) string, next http.Handler) *Handler {
+	return &Handler{Group: g, Key: key, Next: next}
+}
+
+// GroupMiddleware returns a function wrapping handlers with g's breaker of key(r), for
+// routers that take func(http.Handler) http.Handler.
+func GroupMiddleware(g *breaker.Group, key func(*http.Request) string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler { return NewGroupHandler(g, key, next) }
+}
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	done, err := h.Breaker.Allow()
+	b := guard(h.Breaker, h.Group, h.Key, ByPattern, r)
+	done, err := b.Allow()
 	if err != nil {
 		if h.Refused != nil {
 			h.Refused(w, r, err)
 			return
 		}
-		h.refuse(w, err)
+		refuse(w, b, err)
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}
@@ -96,8 +117,8 @@ func (h *Handler) outcome(sw *statusWriter, r *http.Request) error {
 	return nil
 }
 
-func (h *Handler) refuse(w http.ResponseWriter, err error) {
-	if d, ok := h.Breaker.RetryAfter(); ok {
+func refuse(w http.ResponseWriter, b *breaker.Breaker, err error) {
+	if d, ok := b.RetryAfter(); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(d), 10))
 	} else if oe, ok := errors.AsType[*breaker.OpenError](err); ok && oe.Reason == breaker.RejectHalfOpenSaturated {
 		w.Header().Set("Retry-After", "1")

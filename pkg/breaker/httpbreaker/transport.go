@@ -17,9 +17,17 @@ import (
 // read: the caller owns the body and may never finish it, and a probe slot held until a
 // forgotten Body.Close would wedge a half-open circuit. A body that fails half-way is
 // therefore not counted. A Transport is safe for concurrent use.
+//
+// With Group set, each request goes through the Group's breaker of its key instead, so a
+// client that calls many hosts keeps one circuit per host (see [NewGroupTransport]).
 type Transport struct {
-	// Breaker guards every request. Required.
+	// Breaker guards every request. Required unless Group is set.
 	Breaker *breaker.Breaker
+	// Group, when set, replaces Breaker: a request goes through Group's breaker of
+	// Key(req).
+	Group *breaker.Group
+	// Key picks a request's key in Group; nil means ByHost.
+	Key func(*http.Request) string
 	// Base sends the requests the breaker admits; nil means http.DefaultTransport.
 	Base http.RoundTripper
 	// IsFailure decides whether a round trip counts against the dependency; nil means
@@ -33,6 +41,12 @@ var _ http.RoundTripper = (*Transport)(nil)
 // NewTransport returns a Transport that guards base (nil: http.DefaultTransport) with b.
 func NewTransport(b *breaker.Breaker, base http.RoundTripper) *Transport {
 	return &Transport{Breaker: b, Base: base}
+}
+
+// NewGroupTransport returns a Transport that guards base (nil: http.DefaultTransport) with
+// one breaker of g per key(req); key nil means ByHost, one breaker per host.
+func NewGroupTransport(g *breaker.Group, key func(*http.Request) string, base http.RoundTripper) *Transport {
+	return &Transport{Group: g, Key: key, Base: base}
 }
 
 // IsServerFailure is the default classifier: transport errors (timeouts, refused or reset
@@ -56,7 +70,7 @@ func (e *StatusError) Error() string {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	done, err := t.Breaker.Allow()
+	done, err := guard(t.Breaker, t.Group, t.Key, ByHost, req).Allow()
 	if err != nil {
 		// RoundTrip must close the request body even when it sends nothing.
 		if req.Body != nil {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -127,21 +128,42 @@ func (a *applier) reconcile() {
 	if !a.synced {
 		return
 	}
-	// Breakers are never removed from a registry, so a count that did not move means no
-	// new ones.
-	if n := len(a.reg.Names()); n == a.seen {
+	// Breakers and Groups are never removed from a registry, so a count that did not move
+	// means no new ones.
+	if a.registered() == a.seen {
+		if a.rep != nil && len(a.reg.GroupNames()) > 0 {
+			// A Group's keys come and go without a transition (created on first use,
+			// evicted when idle): look again, writing only if its summary changed.
+			a.rep.flush()
+		}
 		return
 	}
 	a.reconcileLocked()
 }
+
+// registered counts the breakers and Groups of the registry.
+func (a *applier) registered() int { return len(a.reg.Names()) + len(a.reg.GroupNames()) }
 
 // reconcileLocked adopts fleet verdicts and hands config generations and refusals to the
 // reporter, for every published breaker that exists in the registry. Caller holds mu.
 // Breakers deliver transitions to the reporter synchronously from here, which is fine:
 // the reporter never takes mu.
 func (a *applier) reconcileLocked() {
-	a.seen = len(a.reg.Names())
+	a.seen = a.registered()
 	for name, c := range a.breakers {
+		var gen int64
+		if c.good != nil {
+			gen = c.good.Generation
+		}
+		if g, ok := a.reg.LookupGroup(name); ok {
+			// A Group is one CircuitBreaker, reported by its summary. A fleet verdict is
+			// not applied to its members: the Group exists so that keys are judged
+			// apart, and one verdict for all of them would undo that.
+			if a.rep != nil {
+				a.rep.configureGroup(g, gen, c.refusal)
+			}
+			continue
+		}
 		b, ok := a.reg.Lookup(name)
 		if !ok {
 			// Not used by this application (yet): nothing to adopt into or report. If it is
@@ -154,10 +176,6 @@ func (a *applier) reconcileLocked() {
 			a.adoptions.Add(1)
 		}
 		if a.rep != nil {
-			var gen int64
-			if c.good != nil {
-				gen = c.good.Generation
-			}
 			a.rep.configure(b, gen, c.refusal)
 		}
 	}
@@ -176,9 +194,12 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 	if err != nil {
 		return breaker.Verdict{}, false
 	}
-	return breaker.Verdict{State: s, Since: c.Verdict.Since}, true
+	// An open verdict's period is the fleet's: every pod keeps it (DESIGN §5.13).
+	return breaker.Verdict{State: s, Since: c.Verdict.Since,
+		ConsecutiveOpens: c.Verdict.ConsecutiveOpens, OpenTimeout: time.Duration(c.Verdict.OpenTimeout)}, true
 }
 
 func sameVerdict(a, b breaker.Verdict) bool {
-	return a.State == b.State && a.Since.Equal(b.Since)
+	return a.State == b.State && a.Since.Equal(b.Since) &&
+		a.ConsecutiveOpens == b.ConsecutiveOpens && a.OpenTimeout == b.OpenTimeout
 }

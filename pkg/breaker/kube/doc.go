@@ -20,6 +20,14 @@
 // recorded in memory and written by a background goroutine, which coalesces what happened
 // meanwhile into one write and retries with capped backoff, never dropping the report.
 //
+// A [breaker.Group] (Registry.Group) is one CircuitBreaker too: its name's published policy
+// reaches every key's breaker, and the report carries one entry for the whole Group with
+// its key summary (how many keys, how many open and half-open, the worst few by name), not
+// one entry per key. The entry is Open while any key is open, HalfOpen while any key probes
+// and none is open, else Closed, with the reason of the key transition that made it so. A
+// fleet verdict (scope Fleet) is not applied to a Group's keys, which each pod judges on
+// its own traffic.
+//
 // Everything runs in the background until the context given to Start is cancelled;
 // [StartAgent] does the same and returns an [Agent] whose Done channel is closed once all
 // of it has stopped.

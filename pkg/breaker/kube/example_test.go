@@ -43,3 +43,22 @@ func Example() {
 	}
 	resp.Body.Close()
 }
+
+// A client of many partner hosts keeps one breaker per host, all configured by the
+// CircuitBreaker partner-hosts. The pod's report carries one entry for the Group (how many
+// hosts, how many open, the worst few), not one per host.
+func Example_group() {
+	reg, err := kube.FromEnvironment(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	hosts := reg.Group("partner-hosts")
+	hosts.SetMaxKeys(500)
+	client := &http.Client{Transport: httpbreaker.NewGroupTransport(hosts, httpbreaker.ByHost, nil)}
+	resp, err := client.Get("https://eu.partner.example/orders")
+	if err != nil {
+		log.Print(err) // errors.Is(err, breaker.ErrOpen) while eu.partner.example's circuit is open
+		return
+	}
+	resp.Body.Close()
+}

@@ -43,16 +43,27 @@ const (
 // FieldManager is the server-side apply field manager of every pod's report.
 const FieldManager = "fusebox-pod"
 
-// member is what the pod says of one breaker. It is comparable, so that "has the entry
-// changed" is ==.
+// member is what the pod says of one breaker, or of one breaker Group. It is comparable,
+// so that "has the entry changed" is ==.
 type member struct {
 	state  breaker.State
 	since  time.Time // UTC, cut to the millisecond: what the report keeps
 	reason string
-	// calls and failures at the transition into state; calls 0 leaves both out.
-	calls, failures int64
-	generation      int64
-	configErr       string
+	// calls, failures and slow at the transition into state; calls 0 leaves the rates out.
+	calls, failures, slow int64
+	// slowJudged: the policy judges slow calls, so the slow-call rate is written.
+	slowJudged bool
+	trigger    string // breakerconfig.Trigger*, for a circuit its calls opened
+	// The open period entered (or, half-open, the one just ended); 0 when closed.
+	consecutiveOpens int32
+	openTimeout      time.Duration
+	generation       int64
+	configErr        string
+	// For a Group: its summary. worst holds the first nWorst keys.
+	group                bool
+	keys, open, halfOpen int32
+	nWorst               int
+	worst                [breakerconfig.MaxWorstKeys]string
 }
 
 // entry is what the reporter knows about one breaker of this pod.
@@ -65,6 +76,9 @@ type entry struct {
 	// the report. Until then transitions are only recorded.
 	reported bool
 	want     member
+	// group is the breaker Group the entry reports, nil for a breaker. A Group's entry is
+	// computed from its summary when the report is written, not from transitions.
+	group *breaker.Group
 }
 
 // reporter writes this pod's BreakerReport. It is a [breaker.Observer] on every breaker of
@@ -125,28 +139,66 @@ func (r *reporter) signal() {
 	}
 }
 
-// OnTransition records the breaker's new state as the entry to write. It never blocks.
+// OnTransition records the breaker's new state as the entry to write. It never blocks. A
+// transition of a Group's member ("<group>/<key>") only wakes the writer, which reads the
+// Group's summary: the report carries one entry per Group, not one per key.
 func (r *reporter) OnTransition(t breaker.Transition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if group, _, ok := breaker.SplitKeyName(t.Breaker); ok {
+		if e, ok := r.entries[group]; ok && e.group != nil && e.reported {
+			r.signal()
+		}
+		return
+	}
 	e := r.entry(t.Breaker)
 	if t.Period <= e.period {
 		return // an older delivery that lost the race to a newer one
 	}
 	e.period = t.Period
 	e.known = true
-	e.want.state = t.To
-	e.want.since = wireTime(t.At)
-	e.want.reason = reasonOf(t)
-	e.want.calls, e.want.failures = t.Counts.Calls, t.Counts.Failures
-	if t.Cause == breaker.CauseAdopted {
-		// An adopted verdict was reached on another pod's evidence: this pod's own window
-		// says nothing about it, and a rate next to the state would read as the reason.
-		e.want.calls, e.want.failures = 0, 0
-	}
+	e.want.setTransition(t)
 	if e.reported {
 		r.signal()
 	}
+}
+
+// setTransition makes m say what t says: the state reached, when and why, and the figures
+// behind it.
+func (m *member) setTransition(t breaker.Transition) {
+	m.state = t.To
+	m.since = wireTime(t.At)
+	m.reason = reasonOf(t)
+	m.calls, m.failures, m.slow = t.Counts.Calls, t.Counts.Failures, t.Counts.Slow
+	if t.Cause == breaker.CauseAdopted {
+		// An adopted verdict was reached on another pod's evidence: this pod's own window
+		// says nothing about it, and a rate next to the state would read as the reason.
+		m.calls, m.failures, m.slow = 0, 0, 0
+	}
+	m.trigger = triggerOf(t)
+	m.consecutiveOpens, m.openTimeout = 0, 0
+	if t.To != breaker.Closed {
+		m.consecutiveOpens, m.openTimeout = int32(min(t.ConsecutiveOpens, math.MaxInt32)), t.OpenTimeout
+	}
+}
+
+// triggerOf says which judgement of calls opened the circuit, as the report spells it: for
+// a circuit its calls opened (reasons Tripped and ProbeFailed), else "".
+func triggerOf(t breaker.Transition) string {
+	if t.Cause != breaker.CauseCalls || t.To != breaker.Open {
+		return ""
+	}
+	switch t.Trigger {
+	case breaker.TriggerFailureRate:
+		return breakerconfig.TriggerFailureRate
+	case breaker.TriggerSlowCallRate:
+		return breakerconfig.TriggerSlowCallRate
+	case breaker.TriggerFailedProbe:
+		return breakerconfig.TriggerFailedProbe
+	case breaker.TriggerSlowProbe:
+		return breakerconfig.TriggerSlowProbe
+	}
+	return ""
 }
 
 // reasonOf says how a transition reached its state, as the report spells it. Only the
@@ -195,25 +247,75 @@ func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr str
 	// OnTransition. It also catches the one change of "since" that comes with no
 	// transition: Adopt of an Open verdict on a circuit already open moves its start.
 	v := b.Verdict()
-	forced := b.Policy().Mode == breaker.ModeForcedOpen
+	p := b.Policy()
+	forced := p.Mode == breaker.ModeForcedOpen
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	e.want.slowJudged = p.SlowCallDuration > 0
 	// A transition delivered meanwhile is newer than v; and a state that differs from v
 	// with no delivery yet is a transition still on its way, which will bring its own.
 	if e.period == period && (!e.known || e.want.state == v.State) {
 		if !e.known {
-			e.want.calls, e.want.failures = 0, 0
+			e.want.calls, e.want.failures, e.want.slow, e.want.trigger = 0, 0, 0, ""
 			e.want.reason = breakerconfig.ReasonStarted
 			if forced {
 				e.want.reason = breakerconfig.ReasonForced
 			}
+		}
+		// The open period too: an adopted Open verdict may re-time the one running.
+		// Half-open, Verdict leaves OpenTimeout out, which the transition carried.
+		if !e.known || v.State == breaker.Open {
+			e.want.consecutiveOpens, e.want.openTimeout = int32(min(v.ConsecutiveOpens, math.MaxInt32)), v.OpenTimeout
 		}
 		e.known = true
 		e.want.state = v.State
 		e.want.since = wireTime(v.Since)
 	}
 }
+
+// configureGroup puts the Group g in the report, as configure does a breaker. Its entry's
+// state and figures come from its summary each time the report is written.
+func (r *reporter) configureGroup(g *breaker.Group, generation int64, configErr string) {
+	judged := g.Policy().SlowCallDuration > 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entry(g.Name())
+	e.reported, e.known, e.group = true, true, g
+	e.want.generation = generation
+	e.want.configErr = truncate(configErr, maxConfigError)
+	e.want.slowJudged = judged
+}
+
+// setSummary makes m say what a Group's summary says. The Group is Open while any key is,
+// else HalfOpen while any key is, else Closed; since, reason and figures are those of the
+// member transition that brought it there, or Started (Forced, for a forced-open
+// member created so) when none did.
+func (m *member) setSummary(s breaker.GroupSummary, forced bool) {
+	if s.Reached.Breaker != "" {
+		m.setTransition(s.Reached)
+	} else {
+		m.calls, m.failures, m.slow, m.trigger = 0, 0, 0, ""
+		m.consecutiveOpens, m.openTimeout = 0, 0
+		m.reason = breakerconfig.ReasonStarted
+		if forced {
+			m.reason = breakerconfig.ReasonForced
+		}
+	}
+	m.state, m.since = s.State, wireTime(s.Since)
+	m.group = true
+	m.keys, m.open, m.halfOpen = clamp32(s.Keys), clamp32(s.Open), clamp32(s.HalfOpen)
+	m.worst = [breakerconfig.MaxWorstKeys]string{}
+	m.nWorst = min(len(s.Worst), breakerconfig.MaxWorstKeys)
+	for i := range m.nWorst {
+		m.worst[i] = truncate(s.Worst[i], maxWorstKey)
+	}
+}
+
+// maxWorstKey leaves room under the schema's bound (253 characters) on a key in worst.
+const maxWorstKey = 250
+
+func clamp32(n int) int32 { return int32(min(n, math.MaxInt32)) }
 
 // unconfigure takes name out of the report (its CircuitBreaker is gone from the
 // ConfigMap). If it comes back, its entry is written afresh. Like configure, it leaves
@@ -237,6 +339,7 @@ func (r *reporter) flush() {
 // pending returns the report to write, in name order, and false when the API server
 // already holds it, or when nothing was ever written and there is nothing to write.
 func (r *reporter) pending() (names []string, ms []member, dirty bool) {
+	r.refreshGroups()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, e := range r.entries {
@@ -255,6 +358,37 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	}
 	dirty = !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
 	return names, ms, dirty
+}
+
+// refreshGroups brings the entries of Groups up to date with their summaries. Summary
+// may deliver transitions to OnTransition, so it runs without r.mu.
+func (r *reporter) refreshGroups() {
+	r.mu.Lock()
+	var gs []*breaker.Group
+	for _, e := range r.entries {
+		if e.group != nil && e.reported {
+			gs = append(gs, e.group)
+		}
+	}
+	r.mu.Unlock()
+	if len(gs) == 0 {
+		return
+	}
+	type summary struct {
+		s      breaker.GroupSummary
+		forced bool
+	}
+	sums := make(map[string]summary, len(gs))
+	for _, g := range gs {
+		sums[g.Name()] = summary{g.Summary(), g.Policy().Mode == breaker.ModeForcedOpen}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, s := range sums {
+		if e := r.entries[name]; e != nil && e.group != nil {
+			e.want.setSummary(s.s, s.forced)
+		}
+	}
 }
 
 // markWritten records that the API server holds the report of names and ms.
@@ -419,10 +553,32 @@ func reportEntry(name string, m member) breakerconfig.ReportEntry {
 	}
 	if m.calls > 0 {
 		calls := m.calls
-		rate := int32(math.Round(100 * float64(min(m.failures, m.calls)) / float64(m.calls)))
-		e.Calls, e.FailureRatePercent = &calls, &rate
+		e.Calls, e.FailureRatePercent = &calls, percent(m.failures, m.calls)
+		if m.slowJudged {
+			e.SlowCallRatePercent = percent(m.slow, m.calls)
+		}
+	}
+	e.Trigger = m.trigger
+	if m.consecutiveOpens > 0 {
+		e.ConsecutiveOpens = m.consecutiveOpens
+		if m.openTimeout > 0 {
+			d := breakerconfig.Duration(m.openTimeout)
+			e.OpenTimeout = &d
+		}
+	}
+	if m.group {
+		e.Keys = &breakerconfig.KeySummary{Keys: m.keys, Open: m.open, HalfOpen: m.halfOpen}
+		if m.nWorst > 0 {
+			e.Keys.Worst = slices.Clone(m.worst[:m.nWorst])
+		}
 	}
 	return e
+}
+
+// percent is n of total in whole percent, rounded.
+func percent(n, total int64) *int32 {
+	rate := int32(math.Round(100 * float64(min(n, total)) / float64(total)))
+	return &rate
 }
 
 func wireState(s breaker.State) string {

@@ -2,7 +2,12 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +16,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
 func TestReportEntry(t *testing.T) {
@@ -165,5 +171,200 @@ func TestConfigNameMustMatchKey(t *testing.T) {
 		"minimumThroughput": 20, "successThreshold": 2, "halfOpenPermittedCalls": 1, "mode": "Enforce", "scope": "Pod"}`
 	if _, err := parse("mine", doc); err == nil || !strings.Contains(err.Error(), "mine.json") {
 		t.Errorf("parse: %v, want a refusal naming the key", err)
+	}
+}
+
+// TestReportEntryFromTransition: the figures of a hand-built Transition as the report
+// spells them (trigger, slow-call rate, backed-off open period).
+func TestReportEntryFromTransition(t *testing.T) {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 891_000_000, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		t          breaker.Transition
+		slowJudged bool
+		want       breakerconfig.ReportEntry
+	}{
+		{"failure rate opened it", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerFailureRate,
+			Counts: breaker.Counts{Calls: 20, Failures: 12, Slow: 5}, ConsecutiveOpens: 1, OpenTimeout: 30 * time.Second}, true,
+			breakerconfig.ReportEntry{State: "Open", Reason: "Tripped", Calls: ptr[int64](20), FailureRatePercent: ptr[int32](60), SlowCallRatePercent: ptr[int32](25),
+				Trigger: "FailureRate", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(30 * time.Second))}},
+		{"slow calls opened it", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerSlowCallRate,
+			Counts: breaker.Counts{Calls: 10, Failures: 1, Slow: 9}, ConsecutiveOpens: 1, OpenTimeout: time.Minute}, true,
+			breakerconfig.ReportEntry{State: "Open", Reason: "Tripped", Calls: ptr[int64](10), FailureRatePercent: ptr[int32](10), SlowCallRatePercent: ptr[int32](90),
+				Trigger: "SlowCallRate", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
+		{"a failed probe, third open in a row", breaker.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerFailedProbe,
+			Counts: breaker.Counts{Calls: 1, Failures: 1}, ConsecutiveOpens: 3, OpenTimeout: 2 * time.Minute}, false,
+			breakerconfig.ReportEntry{State: "Open", Reason: "ProbeFailed", Calls: ptr[int64](1), FailureRatePercent: ptr[int32](100),
+				Trigger: "FailedProbe", ConsecutiveOpens: 3, OpenTimeout: ptr(breakerconfig.Duration(2 * time.Minute))}},
+		{"a slow probe", breaker.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerSlowProbe,
+			Counts: breaker.Counts{Calls: 1, Slow: 1}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, true,
+			breakerconfig.ReportEntry{State: "Open", Reason: "ProbeFailed", Calls: ptr[int64](1), FailureRatePercent: ptr[int32](0), SlowCallRatePercent: ptr[int32](100),
+				Trigger: "SlowProbe", ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
+		{"Trip has no trigger", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseTrip, Trigger: breaker.TriggerFailureRate,
+			ConsecutiveOpens: 1, OpenTimeout: 30 * time.Second}, false,
+			breakerconfig.ReportEntry{State: "Open", Reason: "Manual", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(30 * time.Second))}},
+		{"half-open keeps the period that ended", breaker.Transition{From: breaker.Open, To: breaker.HalfOpen, Cause: breaker.CauseTimeout,
+			Counts: breaker.Counts{Calls: 20, Failures: 20}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, false,
+			breakerconfig.ReportEntry{State: "HalfOpen", Reason: "TimedOut", Calls: ptr[int64](20), FailureRatePercent: ptr[int32](100),
+				ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
+		{"closing resets the run of opens", breaker.Transition{From: breaker.HalfOpen, To: breaker.Closed, Cause: breaker.CauseCalls,
+			Counts: breaker.Counts{Calls: 2, Successes: 2}, ConsecutiveOpens: 3, OpenTimeout: time.Minute}, true,
+			breakerconfig.ReportEntry{State: "Closed", Reason: "ProbesSucceeded", Calls: ptr[int64](2), FailureRatePercent: ptr[int32](0), SlowCallRatePercent: ptr[int32](0)}},
+		{"an adopted verdict carries no local figures", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseAdopted,
+			Counts: breaker.Counts{Calls: 9, Failures: 1, Slow: 2}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, true,
+			breakerconfig.ReportEntry{State: "Open", Reason: "Adopted", ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.t.At = at
+			m := member{slowJudged: tc.slowJudged}
+			m.setTransition(tc.t)
+			got := reportEntry("payments", m)
+			tc.want.Name, tc.want.Since = "payments", breakerconfig.NewTime(at)
+			gotJSON, _ := json.Marshal(got)
+			wantJSON, _ := json.Marshal(tc.want)
+			if string(gotJSON) != string(wantJSON) {
+				t.Errorf("entry\n got %s\nwant %s", gotJSON, wantJSON)
+			}
+		})
+	}
+}
+
+// TestTriggerSpellings: every trigger of the core has its wire spelling.
+func TestTriggerSpellings(t *testing.T) {
+	for tr, want := range map[breaker.Trigger]string{
+		breaker.TriggerNone:         "",
+		breaker.TriggerFailureRate:  breakerconfig.TriggerFailureRate,
+		breaker.TriggerSlowCallRate: breakerconfig.TriggerSlowCallRate,
+		breaker.TriggerFailedProbe:  breakerconfig.TriggerFailedProbe,
+		breaker.TriggerSlowProbe:    breakerconfig.TriggerSlowProbe,
+	} {
+		if got := triggerOf(breaker.Transition{To: breaker.Open, Cause: breaker.CauseCalls, Trigger: tr}); got != want {
+			t.Errorf("%v: %q, want %q", tr, got, want)
+		}
+	}
+	if breaker.SummaryWorstKeys != breakerconfig.MaxWorstKeys {
+		t.Errorf("breaker.SummaryWorstKeys %d, breakerconfig.MaxWorstKeys %d", breaker.SummaryWorstKeys, breakerconfig.MaxWorstKeys)
+	}
+}
+
+// TestReporterGroup: a Group is one entry, computed from its summary, rewritten only when
+// the summary changes; its members' transitions leave no entries of their own.
+func TestReporterGroup(t *testing.T) {
+	clock := breakertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := &reporter{wake: make(chan struct{}, 1), entries: map[string]*entry{}}
+	p := breaker.DefaultPolicy()
+	p.MinimumThroughput = 2
+	g, err := breaker.NewGroup("hosts", p, breaker.WithClock(clock), breaker.WithObserver(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.configureGroup(g, 4, "")
+	names, ms, dirty := r.pending()
+	if !dirty || len(names) != 1 || names[0] != "hosts" {
+		t.Fatalf("pending %v %v", names, dirty)
+	}
+	e := reportEntry(names[0], ms[0])
+	if e.State != "Closed" || e.Reason != "Started" || e.Keys == nil || !reflect.DeepEqual(*e.Keys, breakerconfig.KeySummary{}) || e.ConfigGeneration != 4 {
+		t.Fatalf("empty Group's entry %+v keys %+v", e, e.Keys)
+	}
+	r.markWritten(names, ms)
+
+	fail := func(context.Context) error { return errors.New("down") }
+	for _, k := range []string{"a.example", "b.example", "c.example"} {
+		g.Get(k)
+	}
+	_, _, dirty = r.pending()
+	if !dirty {
+		t.Fatal("three new keys did not change the report")
+	}
+	for range 2 {
+		_ = g.Execute(context.Background(), "b.example", fail)
+	}
+	if len(r.entries) != 1 {
+		t.Errorf("entries %v: a member's transition made one of its own", slices.Collect(maps.Keys(r.entries)))
+	}
+	if len(r.wake) != 1 {
+		t.Error("a member's transition did not wake the writer")
+	}
+	names, ms, _ = r.pending()
+	e = reportEntry(names[0], ms[0])
+	if e.State != "Open" || e.Reason != "Tripped" || !e.Since.Equal(clock.Now()) || *e.Calls != 2 || *e.FailureRatePercent != 100 {
+		t.Errorf("entry %+v", e)
+	}
+	if want := (breakerconfig.KeySummary{Keys: 3, Open: 1, Worst: []string{"b.example"}}); !reflect.DeepEqual(*e.Keys, want) {
+		t.Errorf("keys %+v, want %+v", *e.Keys, want)
+	}
+	r.markWritten(names, ms)
+	if _, _, dirty := r.pending(); dirty {
+		t.Error("an unchanged Group is to be written again")
+	}
+	g.Get("a.example") // a use changes no summary
+	if _, _, dirty := r.pending(); dirty {
+		t.Error("using a key rewrote the report")
+	}
+	clock.Advance(p.OpenTimeout)
+	names, ms, dirty = r.pending()
+	if e := reportEntry(names[0], ms[0]); !dirty || e.State != "HalfOpen" || e.Reason != "TimedOut" || e.Keys.HalfOpen != 1 {
+		t.Errorf("after the open period: %v %+v", dirty, e)
+	}
+}
+
+// TestReporterOpenPeriod: a breaker's backed-off open period reaches its entry, and
+// configuring the breaker again (every config apply does) keeps what the transition said.
+func TestReporterOpenPeriod(t *testing.T) {
+	clock := breakertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := &reporter{wake: make(chan struct{}, 1), entries: map[string]*entry{}}
+	p := breaker.DefaultPolicy()
+	p.MaxOpenTimeout = 4 * p.OpenTimeout
+	b, err := breaker.New("payments", p, breaker.WithClock(clock), breaker.WithObserver(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.configure(b, 1, "")
+	entryNow := func() breakerconfig.ReportEntry {
+		t.Helper()
+		r.configure(b, 1, "")
+		names, ms, _ := r.pending()
+		if len(names) != 1 {
+			t.Fatalf("entries %v", names)
+		}
+		return reportEntry(names[0], ms[0])
+	}
+	b.Trip()
+	clock.Advance(p.OpenTimeout)
+	if s := b.State(); s != breaker.HalfOpen {
+		t.Fatalf("state %v", s)
+	}
+	b.Trip() // the second open period in a row: backed off to twice OpenTimeout
+	e := entryNow()
+	if e.ConsecutiveOpens != 2 || e.OpenTimeout == nil || time.Duration(*e.OpenTimeout) != 2*p.OpenTimeout {
+		t.Fatalf("open entry: consecutiveOpens %d openTimeout %v", e.ConsecutiveOpens, deref(e.OpenTimeout))
+	}
+	clock.Advance(2 * p.OpenTimeout)
+	b.State()
+	e = entryNow()
+	if e.State != "HalfOpen" || e.ConsecutiveOpens != 2 || e.OpenTimeout == nil || time.Duration(*e.OpenTimeout) != 2*p.OpenTimeout {
+		t.Errorf("half-open entry: %s consecutiveOpens %d openTimeout %v, want the period that ended", e.State, e.ConsecutiveOpens, deref(e.OpenTimeout))
+	}
+}
+
+// TestFleetVerdictCarriesItsPeriod: the open period the operator renders with a fleet
+// verdict reaches the breaker, and a new period of the same open verdict is news.
+func TestFleetVerdictCarriesItsPeriod(t *testing.T) {
+	since := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := &breakerconfig.Config{Name: "b", Scope: breakerconfig.ScopeFleet, Verdict: &breakerconfig.Verdict{
+		State: breakerconfig.StateOpen, Since: since, ConsecutiveOpens: 3, OpenTimeout: breakerconfig.Duration(2 * time.Minute)}}
+	v, ok := fleetVerdict(c)
+	if !ok || v.State != breaker.Open || !v.Since.Equal(since) || v.ConsecutiveOpens != 3 || v.OpenTimeout != 2*time.Minute {
+		t.Fatalf("fleetVerdict = %+v, %v", v, ok)
+	}
+	next := v
+	next.ConsecutiveOpens, next.OpenTimeout = 4, 4*time.Minute
+	if sameVerdict(v, next) || !sameVerdict(v, v) {
+		t.Error("sameVerdict does not tell open periods apart")
+	}
+	c.Scope = breakerconfig.ScopePod
+	if _, ok := fleetVerdict(c); ok {
+		t.Error("a Pod-scoped config carried a fleet verdict")
 	}
 }

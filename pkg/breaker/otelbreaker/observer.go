@@ -32,6 +32,7 @@ const (
 	KeyCause         = attribute.Key("circuit_breaker.cause")
 	KeyEvent         = attribute.Key("circuit_breaker.event")
 	KeyExceptionType = attribute.Key("exception.type")
+	KeyTrigger       = attribute.Key("circuit_breaker.trigger")
 )
 
 // Option configures an [Observer].
@@ -59,6 +60,7 @@ func WithPrefix(prefix string) Option {
 // An Observer is safe for concurrent use.
 type Observer struct {
 	calls, callbackFailures, fallbacks metric.Int64ObservableCounter
+	slowCalls                          metric.Int64ObservableCounter
 	transitions                        metric.Int64Counter
 	eventTimestamp                     metric.Float64Gauge
 	state, active, failures, successes metric.Int64ObservableGauge
@@ -109,8 +111,11 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.fallbacks, err = m.Int64ObservableCounter(name("breaker.fallbacks"), metric.WithUnit("{fallback}"),
 		metric.WithDescription("Fallbacks run by breaker.Call, by reason."))
 	add(err)
+	o.slowCalls, err = m.Int64ObservableCounter(name("breaker.slow_calls"), metric.WithUnit("{call}"),
+		metric.WithDescription("Calls that took at least the policy's slowCallDuration, by the state they ran in (only judged when it is set)."))
+	add(err)
 	o.transitions, err = m.Int64Counter(name("breaker.transitions"), metric.WithUnit("{transition}"),
-		metric.WithDescription("State transitions, by from and to state and by cause."))
+		metric.WithDescription("State transitions, by from and to state, by cause, and for an open on calls by trigger (failure_rate, slow_call_rate, failed_probe, slow_probe)."))
 	add(err)
 	o.eventTimestamp, err = m.Float64Gauge(name("breaker.event.timestamp"), metric.WithUnit("s"),
 		metric.WithDescription("Unix time of the last transition or half-open probe."))
@@ -131,7 +136,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	o.registration, err = m.RegisterCallback(o.observe,
-		o.calls, o.callbackFailures, o.fallbacks, o.state, o.active, o.failures, o.successes)
+		o.calls, o.callbackFailures, o.fallbacks, o.slowCalls, o.state, o.active, o.failures, o.successes)
 	if err != nil {
 		return nil, err
 	}
@@ -165,12 +170,17 @@ type series struct {
 	// stateAt packs the last known state with the transition period it was reached in
 	// (period<<2 | state), so a transition delivered late cannot overwrite a newer one.
 	stateAt atomic.Uint64
+	// group: the series of a breaker Group's members, labelled with the Group's name. Its
+	// counters sum over the keys; it has no state (each key has its own, and the Group's
+	// is its Summary).
+	group bool
 	// started counts admitted calls; those in flight are started minus the admitted calls
 	// ended, which the calls cells count already, so ending a call costs one addition.
 	started atomic.Int64
 
 	calls     [4][3][3]cell // outcome, initial, final
 	fallbacks [3]cell
+	slow      [3]cell  // by the state the call ran in
 	failures  sync.Map // failKey → *cell, by error type
 
 	base        metric.ObserveOption
@@ -251,6 +261,9 @@ func newSeries(name string) *series {
 	for i, r := range reasons {
 		s.fallbacks[i].opt = observeOpt(n, KeyReason.String(r.String()))
 	}
+	for i, st := range states {
+		s.slow[i].opt = observeOpt(n, KeyState.String(st.String()))
+	}
 	for i, from := range states {
 		for j, to := range states {
 			for k, c := range causes {
@@ -277,22 +290,29 @@ func (o *Observer) get(name string) *series {
 	if e := slot.Load(); e != nil && e.data == data && e.len == len(name) {
 		return e.s // the same bytes: the same name
 	}
-	if s, ok := (*o.series.Load())[name]; ok {
+	// A Group's members ("<group>/<key>") share the Group's series: one per key would
+	// grow without bound with the keys, which a Group evicts and creates at will.
+	label, member := name, false
+	if g, _, ok := breaker.SplitKeyName(name); ok {
+		label, member = g, true
+	}
+	if s, ok := (*o.series.Load())[label]; ok {
 		slot.Store(&recentEntry{data: data, len: len(name), s: s})
 		return s
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	old := *o.series.Load()
-	if s, ok := old[name]; ok {
+	if s, ok := old[label]; ok {
 		return s
 	}
-	s := newSeries(name)
+	s := newSeries(label)
+	s.group = member
 	m := make(map[string]*series, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
-	m[name] = s
+	m[label] = s
 	o.series.Store(&m)
 	return s
 }
@@ -313,7 +333,12 @@ func (o *Observer) OnTransition(t breaker.Transition) {
 			break
 		}
 	}
-	if inRange(t.Cause, len(causes)) {
+	switch {
+	case t.Trigger != breaker.TriggerNone && inRange(t.Cause, len(causes)):
+		// Rare (a circuit opening on its calls), so its attribute set is built here.
+		o.transitions.Add(bg, 1, addOpt(s.name, KeyFromState.String(t.From.String()), KeyToState.String(t.To.String()),
+			KeyCause.String(t.Cause.String()), KeyTrigger.String(t.Trigger.String()))...)
+	case inRange(t.Cause, len(causes)):
 		o.transitions.Add(bg, 1, s.transitions[t.From][t.To][t.Cause]...)
 	}
 	at := t.At
@@ -346,6 +371,9 @@ func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
 	s := o.get(ev.Breaker)
 	s.noteState(ev.Final)
 	s.calls[ev.Outcome][ev.Initial][ev.Final].n.Add(1)
+	if ev.Slow {
+		s.slow[ev.Initial].n.Add(1)
+	}
 	if ev.Outcome != breaker.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
 		s.failureCell(ev.Err, ev.Panicked, ev.Initial).n.Add(1)
 	}
@@ -390,7 +418,9 @@ func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 // observe is the collection callback of the gauges.
 func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 	for _, s := range *o.series.Load() {
-		obs.ObserveInt64(o.state, int64(s.stateAt.Load()&3), s.base)
+		if !s.group {
+			obs.ObserveInt64(o.state, int64(s.stateAt.Load()&3), s.base)
+		}
 		obs.ObserveInt64(o.active, s.inFlight(), s.base)
 		for i := range s.calls {
 			for j := range s.calls[i] {
@@ -401,6 +431,9 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 		}
 		for i := range s.fallbacks {
 			s.fallbacks[i].observe(obs, o.fallbacks)
+		}
+		for i := range s.slow {
+			s.slow[i].observe(obs, o.slowCalls)
 		}
 		s.failures.Range(func(_, c any) bool {
 			c.(*cell).observe(obs, o.callbackFailures)

@@ -160,7 +160,7 @@ func TestInstruments(t *testing.T) {
 	if v := value(t, got, "breaker.callback_failures", name, "exception.type=*errors.errorString"); v != 1 {
 		t.Errorf("callback failures (*errors.errorString) = %v", v)
 	}
-	if v := value(t, got, "breaker.transitions", name, "circuit_breaker.from_state=closed", "circuit_breaker.to_state=open", "circuit_breaker.cause=calls"); v != 1 {
+	if v := value(t, got, "breaker.transitions", name, "circuit_breaker.from_state=closed", "circuit_breaker.to_state=open", "circuit_breaker.cause=calls", "circuit_breaker.trigger=failure_rate"); v != 1 {
 		t.Errorf("transitions = %v", v)
 	}
 	if v := value(t, got, "breaker.event.timestamp", name, "circuit_breaker.event=transition", "circuit_breaker.to_state=open"); v != float64(h.clock.Now().Unix()) {
@@ -263,6 +263,33 @@ func TestInstruments(t *testing.T) {
 		"breaker.failures", "breaker.fallbacks", "breaker.state", "breaker.successes", "breaker.transitions"}
 	if names := slices.Sorted(mapsKeys(got)); !slices.Equal(names, want) {
 		t.Errorf("instruments %v, want %v", names, want)
+	}
+}
+
+// TestSlowCalls: breaker.slow_calls counts the calls that took at least slowCallDuration,
+// and a circuit that opens on them says so in breaker.transitions.
+func TestSlowCalls(t *testing.T) {
+	h := newHarness(t)
+	p := h.b.Policy()
+	p.SlowCallDuration = time.Second
+	p.SlowCallRatio = 0.5
+	if err := h.b.Update(p); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	slow := func(context.Context) error { h.clock.Advance(2 * time.Second); return nil }
+	_ = h.b.Execute(ctx, succeed)
+	_ = h.b.Execute(ctx, slow)
+	_ = h.b.Execute(ctx, slow) // 2 slow calls of 3: opens
+	if h.b.State() != breaker.Open {
+		t.Fatalf("state %v, want open on slow calls", h.b.State())
+	}
+	got := h.collect()
+	if v := value(t, got, "breaker.slow_calls", name, "circuit_breaker.state=closed"); v != 2 {
+		t.Errorf("slow calls = %v, want 2", v)
+	}
+	if v := value(t, got, "breaker.transitions", name, "circuit_breaker.to_state=open", "circuit_breaker.trigger=slow_call_rate"); v != 1 {
+		t.Errorf("slow-call trips = %v, want 1", v)
 	}
 }
 
@@ -421,5 +448,40 @@ func TestConcurrent(t *testing.T) {
 		if v := value(t, got, "breaker.active_calls", n); v != 0 {
 			t.Errorf("%s: %v active calls after all ended", n, v)
 		}
+	}
+}
+
+// TestGroupMembersShareASeries: the breakers of a Group are labelled with the Group's
+// name, so the number of series does not grow with the keys.
+func TestGroupMembersShareASeries(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	obs, err := otelbreaker.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := breaker.NewGroup("hosts", breaker.DefaultPolicy(), breaker.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 50 {
+		_ = g.Execute(ctx, fmt.Sprintf("host-%d", i), succeed)
+	}
+	h := &harness{t: t, reader: reader}
+	got := h.collect()
+	if v := value(t, got, "breaker.calls", "circuit_breaker.name=hosts", "circuit_breaker.outcome=success"); v != 50 {
+		t.Errorf("calls of the Group = %v, want 50 in one series", v)
+	}
+	for n, pts := range got {
+		for _, p := range pts {
+			if strings.Contains(p.attrs, "host-") {
+				t.Errorf("%s{%s}: a series per key", n, p.attrs)
+			}
+		}
+	}
+	if _, ok := got["breaker.state"]; ok {
+		t.Errorf("a Group has a state gauge: %v", got["breaker.state"])
 	}
 }

@@ -107,10 +107,13 @@ func (s *Store) runScript(sc *redis.Script, key string, args ...any) (casResult,
 		}
 		return res, nil
 	case "ok", "conflict":
-		if len(strs) != 5 {
+		if len(strs) != 6 {
 			break
 		}
 		res.v, err = parseShared(strs[1], strs[2], strs[3], strs[4])
+		if err == nil {
+			res.v, err = parsePeriod(res.v, strs[5])
+		}
 		if err != nil {
 			return casResult{status: "garbage", garbage: err.Error()}, nil
 		}
@@ -141,6 +144,7 @@ func (s *Store) publish(bd *binding) {
 	for range 3 {
 		res, err := s.runScript(casScript, bd.key,
 			format, expect, local.State.String(), encodeSince(local.Since), 0,
+			local.ConsecutiveOpens, int64(local.OpenTimeout),
 			s.cfg.ttl.Milliseconds(), s.cfg.channel, s.writer)
 		if err != nil {
 			bd.unsynced = true

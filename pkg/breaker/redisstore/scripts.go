@@ -20,7 +20,7 @@ local function current()
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'none' then return 0, nil end
   if kind ~= 'hash' then return -1, 'a ' .. kind end
-  local f = redis.call('HMGET', key, 'format', 'epoch', 'state', 'since', 'hos')
+  local f = redis.call('HMGET', key, 'format', 'epoch', 'state', 'since', 'hos', 'period')
   if f[1] ~= fmt then return -1, 'a hash of another format' end
   if not digits(f[2], 15) or tonumber(f[2]) < 1 then return -1, 'a bad epoch' end
   if f[3] ~= 'closed' and f[3] ~= 'open' and f[3] ~= 'half_open' then return -1, 'a bad state' end
@@ -29,13 +29,14 @@ local function current()
   return tonumber(f[2]), f
 end
 
-local function publish(epoch, state, since, hos)
+local function publish(epoch, state, since, hos, opens, openfor)
+  local period = epoch .. ' ' .. opens .. ' ' .. openfor
   redis.call('HSET', key, 'format', fmt, 'epoch', epoch, 'state', state, 'since', since,
-    'hos', hos, 'by', ARGV[#ARGV])
+    'hos', hos, 'period', period, 'by', ARGV[#ARGV])
   redis.call('PEXPIRE', key, ARGV[#ARGV - 2])
   redis.call('PUBLISH', ARGV[#ARGV - 1],
     fmt .. ' ' .. epoch .. ' ' .. state .. ' ' .. since .. ' ' .. hos .. ' ' .. key)
-  return {'ok', epoch, state, since, hos}
+  return {'ok', epoch, state, since, hos, period}
 end
 `
 
@@ -47,11 +48,13 @@ end
 // restart without persistence, an expired key), and the writer's newer view wins.
 //
 // ARGV: format, expected epoch, state, since, half-open successes (always 0: the v1 field
-// kept for older readers, see fields), TTL (ms), channel, writer.
+// kept for older readers, see fields), consecutive opens, open period (ns), TTL (ms),
+// channel, writer. The period is written as "<epoch> <opens> <ns>", so that a reader can
+// tell it from one an older writer left behind (see parsePeriod).
 var casScript = redis.NewScript(current + `
 local epoch, f = current()
 if epoch < 0 then return {'garbage', f} end
 local expect = tonumber(ARGV[2])
-if epoch > expect then return {'conflict', f[2], f[3], f[4], f[5]} end
-return publish(string.format('%d', expect + 1), ARGV[3], ARGV[4], ARGV[5])
+if epoch > expect then return {'conflict', f[2], f[3], f[4], f[5], f[6]} end
+return publish(string.format('%d', expect + 1), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 `)

@@ -17,7 +17,7 @@ func scriptStore(t *testing.T, srv *redisServer) *Store {
 
 func cas(t *testing.T, s *Store, key string, expect uint64, state breaker.State, since time.Time, hos int) casResult {
 	t.Helper()
-	res, err := s.runScript(casScript, key, format, expect, state.String(), encodeSince(since), hos,
+	res, err := s.runScript(casScript, key, format, expect, state.String(), encodeSince(since), hos, 0, 0,
 		s.cfg.ttl.Milliseconds(), s.cfg.channel, s.writer)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestCompareAndSetRace(t *testing.T) {
 			defer wg.Done()
 			<-start
 			since := time.Unix(1_700_000_000, int64(i)).UTC()
-			r, err := s.runScript(casScript, key, format, 0, "open", encodeSince(since), 0,
+			r, err := s.runScript(casScript, key, format, 0, "open", encodeSince(since), 0, 0, 0,
 				s.cfg.ttl.Milliseconds(), s.cfg.channel, s.writer)
 			if err != nil {
 				t.Error(err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -621,4 +622,45 @@ func TestApplicationInKeys(t *testing.T) {
 			t.Errorf("channel %q, want %q", got, want)
 		}
 	})
+}
+
+// TestBackoffShared: a process that adopts a backed-off open verdict keeps its open period
+// (DESIGN.md §5.13), even where its own policy would have said otherwise, and a period an
+// older writer left behind for another epoch is not taken for the current one.
+func TestBackoffShared(t *testing.T) {
+	srv := startRedis(t)
+	prefix := freeKey(t)
+	p := testPolicy()
+	p.MaxOpenTimeout = 8 * p.OpenTimeout
+	one := newStore(t, srv, prefix)
+	other := newStore(t, srv, prefix)
+	a := mustBreaker(t, one, "a", "payments", p)
+	local := p
+	local.MaxOpenTimeout = 0 // the other process would not back off on its own
+	c := mustBreaker(t, other, "c", "payments", local)
+	ready(t, one)
+	ready(t, other)
+
+	a.Trip()
+	a.Trip()
+	a.Trip() // the third consecutive open period: 4 × openTimeout
+	want := a.Verdict()
+	if want.ConsecutiveOpens != 3 || want.OpenTimeout != 4*p.OpenTimeout {
+		t.Fatalf("local verdict %+v, want the third period, 4 × %v", want, p.OpenTimeout)
+	}
+	eventually(t, shareWithin, "c adopts the third period", func() bool {
+		v := c.Verdict()
+		return v.State == breaker.Open && v.ConsecutiveOpens == 3 && v.OpenTimeout == want.OpenTimeout
+	})
+	if d, ok := c.RetryAfter(); !ok || d <= p.OpenTimeout {
+		t.Errorf("c RetryAfter = %v, %v: want the shared backed-off period, not its own %v", d, ok, p.OpenTimeout)
+	}
+	keys, err := srv.Client().Keys(context.Background(), prefix+"*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys under %s: %v, %v", prefix, keys, err)
+	}
+	h := stored(t, srv.Client(), keys[0])
+	if wantPeriod := h["epoch"] + " 3 " + strconv.FormatInt(int64(want.OpenTimeout), 10); h["period"] != wantPeriod {
+		t.Errorf("stored period %q, want %q", h["period"], wantPeriod)
+	}
 }

@@ -18,8 +18,10 @@ const format = "fusebox.verdict.v1"
 // the count of half-open successes that earlier versions shared across processes. Counters
 // are never shared (DESIGN.md §5.10), so it is written as 0 and its value ignored, but it
 // stays in the v1 format so that processes of either version read each other's verdicts
-// during a rolling upgrade.
-var fields = []string{"format", "epoch", "state", "since", "hos"}
+// during a rolling upgrade. The sixth, period, is the open period (§5.13): earlier
+// versions neither write nor read it, and leave it behind when they write a verdict, which
+// is why it names the epoch it belongs to.
+var fields = []string{"format", "epoch", "state", "since", "hos", "period"}
 
 // maxEpoch keeps epochs exactly representable in the Lua scripts, whose numbers are
 // doubles; a store that counted this far would need 2^53 transitions.
@@ -32,10 +34,14 @@ type shared struct {
 	epoch uint64
 	state breaker.State
 	since time.Time // zero when the verdict has no known start
+	// The open period (breaker.Verdict.ConsecutiveOpens and OpenTimeout); zero when the
+	// writer did not say, and the adopting breaker then uses its own policy's.
+	opens   int
+	openFor time.Duration
 }
 
 func (s shared) verdict() breaker.Verdict {
-	return breaker.Verdict{State: s.state, Since: s.since}
+	return breaker.Verdict{State: s.state, Since: s.since, ConsecutiveOpens: s.opens, OpenTimeout: s.openFor}
 }
 
 // samePeriod reports whether v is the state period s describes.
@@ -80,6 +86,29 @@ func parseShared(epoch, state, since, hos string) (shared, error) {
 	s.epoch = e
 	if ns != 0 {
 		s.since = time.Unix(0, ns).UTC()
+	}
+	return s, nil
+}
+
+// parsePeriod reads the period field of the verdict s: "<epoch> <opens> <ns>". A field
+// written for another epoch (by this version, before an older one wrote the verdict) or
+// absent says nothing; one that does not parse is garbage.
+func parsePeriod(s shared, period string) (shared, error) {
+	if period == "" {
+		return s, nil
+	}
+	parts := strings.Split(period, " ")
+	if len(parts) != 3 {
+		return s, fmt.Errorf("%w: period %.48q", errGarbage, period)
+	}
+	e, err1 := strconv.ParseUint(parts[0], 10, 64)
+	k, err2 := strconv.Atoi(parts[1])
+	ns, err3 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || k < 0 || k > maxEpoch || ns < 0 {
+		return s, fmt.Errorf("%w: period %.48q", errGarbage, period)
+	}
+	if e == s.epoch {
+		s.opens, s.openFor = k, time.Duration(ns)
 	}
 	return s, nil
 }
@@ -129,6 +158,9 @@ func parseHash(vals []any) (s shared, ok bool, err error) {
 		return s, false, fmt.Errorf("%w: format %.32q", errGarbage, str[0])
 	}
 	s, err = parseShared(str[1], str[2], str[3], str[4])
+	if err == nil {
+		s, err = parsePeriod(s, str[5])
+	}
 	return s, err == nil, err
 }
 

@@ -80,6 +80,19 @@ func (o *Observer) OnTransition(t breaker.Transition) {
 	if t.Counts.Calls > 0 {
 		r.AddAttrs(slog.Float64("failure_rate", float64(t.Counts.Failures)/float64(t.Counts.Calls)))
 	}
+	// Why it opened, with the figure: the failure rate above, or the slow calls.
+	if t.Trigger != breaker.TriggerNone {
+		r.AddAttrs(slog.String("trigger", t.Trigger.String()))
+	}
+	if t.Counts.Slow > 0 {
+		r.AddAttrs(slog.Int64("slow", t.Counts.Slow))
+		if t.Counts.Calls > 0 {
+			r.AddAttrs(slog.Float64("slow_call_rate", float64(t.Counts.Slow)/float64(t.Counts.Calls)))
+		}
+	}
+	if t.To == breaker.Open && t.OpenTimeout > 0 {
+		r.AddAttrs(slog.Int("consecutive_opens", t.ConsecutiveOpens), slog.Duration("open_for", t.OpenTimeout))
+	}
 	if t.Err != nil {
 		r.AddAttrs(slog.String("error", t.Err.Error()))
 	}

@@ -59,6 +59,7 @@ func TestLogsEveryTransition(t *testing.T) {
 	for k, want := range map[string]any{
 		"msg": slogbreaker.Message, "level": "WARN", "breaker": "payments", "from": "closed", "to": "open",
 		"cause": "calls", "calls": 4.0, "failures": 3.0, "failure_rate": 0.75, "error": "upstream 503",
+		"trigger": "failure_rate", "consecutive_opens": 1.0, "open_for": float64(time.Minute),
 		"time": openedAt.Format(time.RFC3339Nano),
 	} {
 		if open[k] != want {

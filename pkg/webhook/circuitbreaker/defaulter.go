@@ -66,6 +66,9 @@ func SetDefaults(s *resiliencev1alpha1.CircuitBreakerSpec) {
 	if s.FleetQuorumPercent == nil {
 		s.FleetQuorumPercent = ptr.To[int32](resiliencev1alpha1.DefaultFleetQuorumPercent)
 	}
+	if s.SlowCallRatePercent == nil {
+		s.SlowCallRatePercent = ptr.To[int32](resiliencev1alpha1.DefaultSlowCallRatePercent)
+	}
 }
 
 // effective returns s with its defaults, leaving s alone: what the breaker runs.

@@ -21,27 +21,39 @@ const MaxNameLength = breakerconfig.MaxKeyNameLength
 
 // Validator refuses CircuitBreakers that the schema and CEL let through but
 // that cannot be published or run as written, and warns about risky ones.
-type Validator struct{}
+type Validator struct {
+	// Now is the time an override's until is judged against; nil means the wall clock.
+	Now func() time.Time
+}
 
 var _ admission.Validator[*resiliencev1alpha1.CircuitBreaker] = Validator{}
 
 // ValidateCreate implements admission.Validator.
-func (Validator) ValidateCreate(_ context.Context, cb *resiliencev1alpha1.CircuitBreaker) (admission.Warnings, error) {
+func (v Validator) ValidateCreate(_ context.Context, cb *resiliencev1alpha1.CircuitBreaker) (admission.Warnings, error) {
 	errs := validateName(cb.Name)
 	errs = append(errs, validateSpec(&cb.Spec, nil, field.NewPath("spec"))...)
+	errs = append(errs, validateOverride(cb.Spec.Override, nil, v.now(), field.NewPath("spec", "override"))...)
 	return Warnings(cb), invalid(cb, errs)
 }
 
 // ValidateUpdate implements admission.Validator. Names are immutable, so only
 // the spec is judged, and only in the fields the update changes.
-func (Validator) ValidateUpdate(_ context.Context, old, cb *resiliencev1alpha1.CircuitBreaker) (admission.Warnings, error) {
+func (v Validator) ValidateUpdate(_ context.Context, old, cb *resiliencev1alpha1.CircuitBreaker) (admission.Warnings, error) {
 	if cb.DeletionTimestamp != nil {
 		// The object is on its way out (this is a finalizer being removed, say):
 		// judging or warning about it helps no one.
 		return nil, nil
 	}
 	errs := validateSpec(&cb.Spec, &old.Spec, field.NewPath("spec"))
+	errs = append(errs, validateOverride(cb.Spec.Override, old.Spec.Override, v.now(), field.NewPath("spec", "override"))...)
 	return Warnings(cb), invalid(cb, errs)
+}
+
+func (v Validator) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
 }
 
 // ValidateDelete implements admission.Validator; deleting is always allowed.

@@ -30,8 +30,8 @@ const (
 // +kubebuilder:webhook:path=/mutate-resilience-fusebox-dev-v1alpha1-circuitbreaker,mutating=true,failurePolicy=ignore,sideEffects=None,groups=resilience.fusebox.dev,resources=circuitbreakers,verbs=create;update,versions=v1alpha1,name=default.circuitbreakers.resilience.fusebox.dev,admissionReviewVersions=v1,timeoutSeconds=5
 // +kubebuilder:webhook:path=/validate-resilience-fusebox-dev-v1alpha1-circuitbreaker,mutating=false,failurePolicy=fail,sideEffects=None,groups=resilience.fusebox.dev,resources=circuitbreakers,verbs=create;update,versions=v1alpha1,name=validate.circuitbreakers.resilience.fusebox.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
-// SetupWithManager registers the defaulting and validating webhooks of
-// CircuitBreakers on mgr's webhook server.
+// SetupWithManager registers the defaulting, overridden-by and validating
+// webhooks of CircuitBreakers on mgr's webhook server.
 func SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &resiliencev1alpha1.CircuitBreaker{}).
 		WithValidator(Validator{}).
@@ -46,6 +46,7 @@ func SetupWithManager(mgr ctrl.Manager) error {
 			next:    admission.WithDefaulter(mgr.GetScheme(), Defaulter{}),
 		},
 	})
+	mgr.GetWebhookServer().Register(OverriddenByPath, &admission.Webhook{Handler: OverriddenBy{}})
 	return nil
 }
 

@@ -48,7 +48,7 @@ func TestDefaultingWebhook(t *testing.T) {
 	}
 
 	resp = h.Handle(ctx, request(admissionv1.Create, `{"apiVersion":"resilience.fusebox.dev/v1alpha1","kind":"CircuitBreaker","metadata":{"name":"x"},"spec":{"window":"5s"}}`))
-	if !resp.Allowed || len(resp.Patches) != 8 {
-		t.Errorf("sparse object: allowed=%v patches=%v, want the eight other fields defaulted", resp.Allowed, resp.Patches)
+	if !resp.Allowed || len(resp.Patches) != 9 {
+		t.Errorf("sparse object: allowed=%v patches=%v, want the nine other fields defaulted", resp.Allowed, resp.Patches)
 	}
 }

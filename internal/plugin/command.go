@@ -1,0 +1,97 @@
+package plugin
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// scheme knows the kinds the plugin reads: CircuitBreakers and core Events.
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+}
+
+// Options is what every subcommand shares: kubectl's connection flags, the
+// streams, -A, and the clock (tests and the commands read time through it).
+type Options struct {
+	Flags         *genericclioptions.ConfigFlags
+	AllNamespaces bool
+	genericiooptions.IOStreams
+	Now func() time.Time
+}
+
+// NewCommand returns the root command, `kubectl fusebox`, with its subcommands
+// and kubectl's connection flags.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{
+		Flags:     genericclioptions.NewConfigFlags(true),
+		IOStreams: streams,
+		Now:       time.Now,
+	}
+	root := &cobra.Command{
+		Use:   "kubectl-fusebox",
+		Short: "Show and override Fusebox CircuitBreakers",
+		Long: `kubectl fusebox shows CircuitBreakers (status, watch, a live web dashboard)
+and holds a circuit open or closed for a bounded time (open, close, release)
+through spec.override, which the operator hands back to spec.mode when it ends.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fusebox"},
+	}
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	o.Flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "Work on CircuitBreakers of every namespace.")
+	root.AddCommand(
+		newStatusCommand(o),
+		newOverrideCommand(o, resiliencev1alpha1.ModeForcedOpen),
+		newOverrideCommand(o, resiliencev1alpha1.ModeForcedClosed),
+		newReleaseCommand(o),
+		newWatchCommand(o),
+		newDashboardCommand(o),
+	)
+	return root
+}
+
+// client is a direct (uncached) client of the cluster the flags name.
+func (o *Options) client() (client.WithWatch, error) {
+	cfg, err := o.Flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+}
+
+// namespace is the namespace to work in: "" (every one) with -A, else -n or
+// the kubeconfig context's.
+func (o *Options) namespace() (string, error) {
+	if o.AllNamespaces {
+		return "", nil
+	}
+	ns, _, err := o.Flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("namespace: %w", err)
+	}
+	return ns, nil
+}
+
+// oneNamespace is the namespace of a command that names one breaker, for
+// which -A means nothing.
+func (o *Options) oneNamespace() (string, error) {
+	if o.AllNamespaces {
+		return "", fmt.Errorf("-A/--all-namespaces does not go with a breaker's name: name its namespace with -n")
+	}
+	return o.namespace()
+}

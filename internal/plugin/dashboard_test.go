@@ -1,0 +1,190 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"k8s.io/utils/ptr"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// screenshotEnv names where TestDashboardInChromium saves its screenshot
+// (`make dashboard-screenshot` points it at docs/images/dashboard.png).
+const screenshotEnv = "DASHBOARD_SCREENSHOT"
+
+// chromium finds the browser; without one the test skips, except in CI.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	const why = "no chromium on PATH: the dashboard is tested in a real headless browser (apt-get install -y chromium; .ci/run installs it)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(why)
+	}
+	t.Skip("SKIPPED: " + why)
+	return ""
+}
+
+var dashboardURL = regexp.MustCompile(`http://127\.0\.0\.1:\d+/`)
+
+// TestDashboardInChromium serves the dashboard of a namespace and loads it in
+// headless Chromium: it shows the breakers, and a card turns Open when a pod
+// trips, pushed by the server-sent events.
+func TestDashboardInChromium(t *testing.T) {
+	browser := chromium(t)
+	ns := newNamespace(t, "shop")
+	// A namespace worth a screenshot: a Pod breaker with three pods, a Fleet
+	// one with a quorum, one held closed by an override, one no pod runs yet.
+	createBreaker(t, ns, "payments-api", nil)
+	createBreaker(t, ns, "inventory", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
+		s.Scope = resiliencev1alpha1.ScopeFleet
+		s.FleetQuorumPercent = ptr.To[int32](50)
+	})
+	createBreaker(t, ns, "search", nil)
+	createBreaker(t, ns, "recommendations", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
+		s.Mode = resiliencev1alpha1.ModeMetricsOnly
+	})
+	setOverride(t, ns, "search", resiliencev1alpha1.ModeForcedClosed, time.Now().Add(45*time.Minute), "INC-4211: search index rebuild, errors expected")
+	// The override made search's generation 2; the pods run it.
+	searchClosed := entry("search", resiliencev1alpha1.StateClosed, "Forced")
+	searchClosed.ConfigGeneration = getBreaker(t, ns, "search").Generation
+	for _, pod := range []string{"checkout-0", "checkout-1", "checkout-2"} {
+		report(t, ns, pod,
+			entry("payments-api", resiliencev1alpha1.StateClosed, "Started"),
+			entry("inventory", resiliencev1alpha1.StateClosed, "Started"),
+			searchClosed)
+	}
+	waitState(t, ns, "payments-api", resiliencev1alpha1.StateClosed, 0, 0, 3)
+	waitState(t, ns, "search", resiliencev1alpha1.StateClosed, 0, 0, 3)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	served := make(chan error, 1)
+	go func() { served <- start(ctx, &out, &errOut, "-n", ns, "dashboard") }()
+	var url string
+	eventually(t, "the dashboard prints its URL", func() error {
+		if url = dashboardURL.FindString(out.String()); url == "" {
+			return fmt.Errorf("stdout %q, stderr %q", out.String(), errOut.String())
+		}
+		return nil
+	})
+
+	started := time.Now()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.NoSandbox, // as root, in a container
+		chromedp.Headless,
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1360, 860),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	browserCtx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	// The first action starts the browser, for as long as browserCtx lives:
+	// no timeout on it; the waits below get theirs.
+	if err := chromedp.Do(browserCtx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("Chromium (%s) loading %s: %v", browser, url, err)
+	}
+	within, cancelWithin := context.WithTimeout(browserCtx, 2*wait)
+	defer cancelWithin()
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(within, chromedp.Text(sel))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	waitVisible := func(what, sel string) {
+		t.Helper()
+		if err := chromedp.Do(within, chromedp.WaitVisible(sel)); err != nil {
+			t.Fatalf("%s (%s): %v (dashboard stderr: %s)", what, sel, err, errOut.String())
+		}
+	}
+
+	card := func(name string) string { return fmt.Sprintf(`article.card[data-breaker="%s/%s"]`, ns, name) }
+	waitVisible("payments-api shows Closed", card("payments-api")+`[data-state="Closed"]`)
+	waitVisible("recommendations shows", card("recommendations"))
+	t.Logf("page up in Chromium %s after launch", time.Since(started).Round(time.Millisecond))
+	title, err := chromedp.Run(within, chromedp.Title())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if connection := text(`#conn`); title != "Fusebox" || connection != "live" {
+		t.Errorf("title %q, connection %q: want Fusebox, live", title, connection)
+	}
+	if held := text(card("search") + ` [data-role="override"]`); !strings.Contains(held, "Held closed") || !strings.Contains(held, "left") || !strings.Contains(held, "INC-4211") {
+		t.Errorf("search's override box says %q", held)
+	}
+
+	// A pod trips: its report says Open, the operator opens the resource, the
+	// watch feeds the page.
+	report(t, ns, "checkout-1",
+		tripped("payments-api"),
+		entry("inventory", resiliencev1alpha1.StateClosed, "Started"),
+		searchClosed)
+	waitVisible("payments-api turns Open", card("payments-api")+`[data-state="Open"]`)
+	if state, pods := text(card("payments-api")+` [data-role="state"]`), text(card("payments-api")+` [data-role="pods"]`); state != "Open" || !strings.HasPrefix(pods, "1 open · 0 half-open · 2 closed") {
+		t.Errorf("payments-api card: state %q, pods %q", state, pods)
+	}
+	waitVisible("the timeline shows CircuitOpened", fmt.Sprintf(`#timeline li[data-reason="CircuitOpened"][data-breaker="%s/payments-api"]`, ns))
+	if timeline := text(`#timeline`); !strings.Contains(timeline, "checkout-1") {
+		t.Errorf("timeline does not name the pod that tripped: %q", timeline)
+	}
+
+	// A reconnect (the server's or the network's) starts from a full snapshot.
+	if err := chromedp.Do(within, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	waitVisible("payments-api is Open after a reload", card("payments-api")+`[data-state="Open"]`)
+
+	if err := chromedp.Do(within, chromedp.Sleep(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(within, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 600 {
+		t.Errorf("screenshot is %v, want the 1360x860 window", b)
+	}
+	if path := os.Getenv(screenshotEnv); path != "" {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot saved to %s", path)
+	}
+
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("dashboard ended with %v, want nil on cancel", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dashboard did not end within 10s of its context")
+	}
+}

@@ -1,0 +1,5 @@
+// Package plugin is `kubectl fusebox`: the commands that show CircuitBreakers
+// (status, watch, a live web dashboard) and hold them open or closed for a
+// while through spec.override (open, close, release). cmd/kubectl-fusebox is
+// its binary; the logic lives here so tests run it in-process.
+package plugin

@@ -1,0 +1,142 @@
+package plugin
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// Breaker is what the plugin shows of one CircuitBreaker, in the table, the
+// watch view and, as JSON, the dashboard.
+type Breaker struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// State is status.state; "" until a pod reports.
+	State string `json:"state"`
+	// Mode is the mode in force: the override's while one is, else spec.mode.
+	Mode     string `json:"mode"`
+	SpecMode string `json:"specMode"`
+	Scope    string `json:"scope"`
+	// QuorumPercent is spec.fleetQuorumPercent; it means something with scope Fleet only.
+	QuorumPercent    int32     `json:"quorumPercent"`
+	Pods             Pods      `json:"pods"`
+	Override         *Override `json:"override,omitempty"`
+	ConsecutiveOpens int32     `json:"consecutiveOpens,omitempty"`
+	OpenTimeout      string    `json:"openTimeout,omitempty"`
+	Created          time.Time `json:"created"`
+}
+
+// Pods counts the reporting pods by state.
+type Pods struct {
+	Reporting      int32 `json:"reporting"`
+	Open           int32 `json:"open"`
+	HalfOpen       int32 `json:"halfOpen"`
+	Closed         int32 `json:"closed"`
+	OnLatestConfig int32 `json:"onLatestConfig"`
+}
+
+// Override is spec.override, with who set it and whether it is still in force.
+type Override struct {
+	Mode   string    `json:"mode"`
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
+	By     string    `json:"by,omitempty"`
+	Active bool      `json:"active"`
+}
+
+// breakerView is what the plugin shows of cb at now.
+func breakerView(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) Breaker {
+	b := Breaker{
+		Namespace:        cb.Namespace,
+		Name:             cb.Name,
+		State:            string(cb.Status.State),
+		SpecMode:         string(cb.Spec.Mode),
+		Scope:            string(cb.Spec.Scope),
+		ConsecutiveOpens: cb.Status.ConsecutiveOpens,
+		Created:          cb.CreationTimestamp.UTC(),
+	}
+	if b.SpecMode == "" {
+		b.SpecMode = string(resiliencev1alpha1.ModeEnforce)
+	}
+	if b.Scope == "" {
+		b.Scope = string(resiliencev1alpha1.ScopePod)
+	}
+	b.Mode = b.SpecMode
+	if q := cb.Spec.FleetQuorumPercent; q != nil {
+		b.QuorumPercent = *q
+	}
+	if t := cb.Status.OpenTimeout; t != nil {
+		b.OpenTimeout = t.Duration.String()
+	}
+	if c := cb.Status.MemberCounts; c != nil {
+		b.Pods = Pods{Reporting: c.Reporting, Open: c.Open, HalfOpen: c.HalfOpen, Closed: c.Closed, OnLatestConfig: c.OnLatestConfig}
+	}
+	if o := cb.Spec.Override; o != nil {
+		b.Override = &Override{
+			Mode:   string(o.Mode),
+			Until:  o.Until.UTC(),
+			Reason: o.Reason,
+			By:     cb.Annotations[resiliencev1alpha1.AnnotationOverriddenBy],
+			Active: o.Until.After(now),
+		}
+		if b.Override.Active {
+			b.Mode = b.Override.Mode
+		}
+	}
+	return b
+}
+
+// stateText is a state for a table: "-" until a pod reports.
+func stateText(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// modeText is the mode in force, marked when an override holds it.
+func (b Breaker) modeText() string {
+	if b.Override != nil && b.Override.Active {
+		return b.Mode + " (override)"
+	}
+	return b.Mode
+}
+
+// overrideText is how long the override has left: "-" without one.
+func (b Breaker) overrideText(now time.Time) string {
+	switch {
+	case b.Override == nil:
+		return "-"
+	case !b.Override.Active:
+		return "expired"
+	}
+	return duration.HumanDuration(b.Override.Until.Sub(now)) + " left"
+}
+
+// quorumText is the fleet quorum: "-" with scope Pod, where there is none.
+func (b Breaker) quorumText() string {
+	if b.Scope != string(resiliencev1alpha1.ScopeFleet) {
+		return "-"
+	}
+	if b.QuorumPercent == 0 {
+		return "1 pod"
+	}
+	return strconv.Itoa(int(b.QuorumPercent)) + "%"
+}
+
+// podsText is open/half-open/closed.
+func (b Breaker) podsText() string {
+	return fmt.Sprintf("%d/%d/%d", b.Pods.Open, b.Pods.HalfOpen, b.Pods.Closed)
+}
+
+// age is kubectl's spelling of how long ago t was.
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(now.Sub(t))
+}

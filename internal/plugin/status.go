@@ -1,0 +1,263 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// eventsShown is how many of a breaker's last transitions `status NAME` prints.
+const eventsShown = 10
+
+func newStatusCommand(o *Options) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status [NAME]",
+		Short: "Show CircuitBreakers; with a name, its pods and last transitions",
+		Example: `  kubectl fusebox status -A
+  kubectl fusebox status payments -n shop
+  kubectl fusebox status payments -o yaml`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" && output != "yaml" {
+				return fmt.Errorf("--output %q: want json or yaml (or nothing, for a table)", output)
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				return o.statusOne(cmd.Context(), c, args[0], output)
+			}
+			return o.statusAll(cmd.Context(), c, output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml (default: a table).")
+	return cmd
+}
+
+// statusAll prints every breaker of the namespace (or of all, with -A).
+func (o *Options) statusAll(ctx context.Context, c client.Client, output string) error {
+	ns, err := o.namespace()
+	if err != nil {
+		return err
+	}
+	var list resiliencev1alpha1.CircuitBreakerList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	if output != "" {
+		for i := range list.Items {
+			list.Items[i].SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
+		}
+		list.SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreakerList"))
+		return printObject(o.Out, &list, output)
+	}
+	if len(list.Items) == 0 {
+		if ns == "" {
+			fmt.Fprintln(o.ErrOut, "No CircuitBreakers found.")
+		} else {
+			fmt.Fprintf(o.ErrOut, "No CircuitBreakers found in namespace %s.\n", ns)
+		}
+		return nil
+	}
+	now := o.Now()
+	views := make([]Breaker, 0, len(list.Items))
+	for i := range list.Items {
+		views = append(views, breakerView(&list.Items[i], now))
+	}
+	sortBreakers(views)
+	w := printers.GetNewTabWriter(o.Out)
+	writeTable(w, views, ns == "", now)
+	return w.Flush()
+}
+
+// sortBreakers orders breakers by namespace, then name.
+func sortBreakers(bs []Breaker) {
+	sort.Slice(bs, func(i, j int) bool {
+		if bs[i].Namespace != bs[j].Namespace {
+			return bs[i].Namespace < bs[j].Namespace
+		}
+		return bs[i].Name < bs[j].Name
+	})
+}
+
+// tableHeader is the breakers table's header, without NAMESPACE.
+const tableHeader = "NAME\tSTATE\tMODE\tOVERRIDE\tQUORUM\tPODS\tAGE"
+
+// writeTable writes the breakers table, tab-separated, for a tabwriter.
+func writeTable(w io.Writer, bs []Breaker, withNamespace bool, now time.Time) {
+	if withNamespace {
+		fmt.Fprint(w, "NAMESPACE\t")
+	}
+	fmt.Fprintln(w, tableHeader)
+	for _, b := range bs {
+		if withNamespace {
+			fmt.Fprintf(w, "%s\t", b.Namespace)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			b.Name, stateText(b.State), b.modeText(), b.overrideText(now), b.quorumText(), b.podsText(), age(b.Created, now))
+	}
+}
+
+// statusOne prints one breaker: its summary, members and last transitions.
+func (o *Options) statusOne(ctx context.Context, c client.Client, name, output string) error {
+	ns, err := o.oneNamespace()
+	if err != nil {
+		return err
+	}
+	var cb resiliencev1alpha1.CircuitBreaker
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &cb); err != nil {
+		return notFound(err, ns, name)
+	}
+	if output != "" {
+		cb.SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
+		return printObject(o.Out, &cb, output)
+	}
+	ts, err := transitions(ctx, c, ns, name)
+	if err != nil {
+		return fmt.Errorf("events of %s: %w", name, err)
+	}
+	return writeDetail(o.Out, &cb, ts, o.Now())
+}
+
+// writeDetail writes `status NAME`: a summary, the members table and the last
+// transitions, each section aligned on its own.
+func writeDetail(out io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Transition, now time.Time) error {
+	w := printers.GetNewTabWriter(out)
+	section := func() error {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		w = printers.GetNewTabWriter(out)
+		return nil
+	}
+	b := breakerView(cb, now)
+	fmt.Fprintf(w, "Name:\t%s\n", b.Name)
+	fmt.Fprintf(w, "Namespace:\t%s\n", b.Namespace)
+	fmt.Fprintf(w, "State:\t%s\n", stateText(b.State))
+	mode := b.Mode
+	if b.Override != nil && b.Override.Active {
+		mode += fmt.Sprintf(" (override; spec.mode %s)", b.SpecMode)
+	}
+	fmt.Fprintf(w, "Mode:\t%s\n", mode)
+	if ov := b.Override; ov != nil {
+		by := ""
+		if ov.By != "" {
+			by = ", set by " + ov.By
+		}
+		fmt.Fprintf(w, "Override:\t%s until %s (%s)%s: %s\n", ov.Mode, ov.Until.Format(time.RFC3339), b.overrideText(now), by, ov.Reason)
+	} else {
+		fmt.Fprintf(w, "Override:\t-\n")
+	}
+	fmt.Fprintf(w, "Scope:\t%s\n", b.Scope)
+	fmt.Fprintf(w, "Quorum:\t%s\n", b.quorumText())
+	fmt.Fprintf(w, "Pods:\t%d open, %d half-open, %d closed (%d reporting, %d on the latest config)\n",
+		b.Pods.Open, b.Pods.HalfOpen, b.Pods.Closed, b.Pods.Reporting, b.Pods.OnLatestConfig)
+	if b.ConsecutiveOpens > 0 {
+		fmt.Fprintf(w, "Consecutive opens:\t%d (open period %s)\n", b.ConsecutiveOpens, b.OpenTimeout)
+	}
+	fmt.Fprintf(w, "Age:\t%s\n", age(b.Created, now))
+	if err := section(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w)
+	if len(cb.Status.Members) == 0 {
+		fmt.Fprintln(w, "Members:  <none>")
+	} else {
+		fmt.Fprintln(w, "Members:")
+		fmt.Fprintln(w, "  POD\tSTATE\tSINCE\tREASON\tTRIGGER\tRATE\tCONSECUTIVE OPENS")
+		for _, m := range cb.Status.Members {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				m.Pod, m.State, age(m.Since.Time, now), dash(m.Reason), dash(m.Trigger), rateText(m), opensText(m.ConsecutiveOpens))
+		}
+		if shown := int32(len(cb.Status.Members)); cb.Status.MemberCounts != nil && cb.Status.MemberCounts.Reporting > shown {
+			fmt.Fprintf(w, "  (%d of %d reporting pods listed, the most relevant first)\n", shown, cb.Status.MemberCounts.Reporting)
+		}
+	}
+	if err := section(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w)
+	if len(ts) == 0 {
+		fmt.Fprintln(w, "Transitions:  <none>")
+		return w.Flush()
+	}
+	if len(ts) > eventsShown {
+		ts = ts[len(ts)-eventsShown:]
+	}
+	fmt.Fprintln(w, "Transitions:")
+	fmt.Fprintln(w, "  LAST SEEN\tTYPE\tREASON\tMESSAGE")
+	for _, t := range ts {
+		seen := age(t.Time, now)
+		if t.Count > 1 {
+			seen += fmt.Sprintf(" (x%d)", t.Count)
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", seen, t.Type, t.Reason, strings.ReplaceAll(t.Message, "\n", " "))
+	}
+	return w.Flush()
+}
+
+// rateText is a member's failure rate and, when judged, slow-call rate.
+func rateText(m resiliencev1alpha1.MemberStatus) string {
+	var parts []string
+	if m.FailureRatePercent != nil {
+		parts = append(parts, fmt.Sprintf("%d%%", *m.FailureRatePercent))
+	}
+	if m.SlowCallRatePercent != nil {
+		parts = append(parts, fmt.Sprintf("slow %d%%", *m.SlowCallRatePercent))
+	}
+	if m.Calls != nil && len(parts) > 0 {
+		parts = append(parts, fmt.Sprintf("of %d", ptr.Deref(m.Calls, 0)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func opensText(n int32) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// notFound names the breaker a lookup did not find.
+func notFound(err error, ns, name string) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("circuitbreaker %q not found in namespace %q", name, ns)
+	}
+	return err
+}
+
+// printObject prints obj as JSON or YAML, as kubectl -o does.
+func printObject(w io.Writer, obj runtime.Object, output string) error {
+	var p printers.ResourcePrinter = &printers.JSONPrinter{}
+	if output == "yaml" {
+		p = &printers.YAMLPrinter{}
+	}
+	return p.PrintObj(obj, w)
+}

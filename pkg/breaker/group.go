@@ -1,0 +1,410 @@
+package breaker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultMaxKeys is how many per-key breakers a [Group] keeps unless told otherwise. A
+// breaker costs well under a kilobyte, so the default bounds a Group at about a megabyte
+// while leaving room for a service's hosts, routes or busiest tenants.
+const DefaultMaxKeys = 1024
+
+// SummaryWorstKeys bounds [GroupSummary.Worst]; it equals breakerconfig.MaxWorstKeys,
+// which the report carries.
+const SummaryWorstKeys = 5
+
+// KeySeparator joins a Group's name and a key into the name of the key's breaker:
+// "<group>/<key>". A Group's name may not contain it; a key may.
+const KeySeparator = "/"
+
+// SplitKeyName splits the name of a Group member, "<group>/<key>", into the Group's name
+// and the key; ok is false for a name without the separator. Observers that export
+// metrics label by group to keep one series per Group instead of one per key; logs can
+// carry both.
+func SplitKeyName(name string) (group, key string, ok bool) {
+	return strings.Cut(name, KeySeparator)
+}
+
+// Group holds one breaker per key under one policy: per host, per route, per tenant, so that
+// one flaky host or tenant opens the circuit for itself and not for everybody else. A
+// key's breaker is created on first use with the Group's policy and options, and is
+// named "<group>/<key>" (see [SplitKeyName]), so observers see which key moved. [Group.Update]
+// reaches every member, and those created later.
+//
+// The Group keeps at most MaxKeys breakers (default [DefaultMaxKeys]). When a new key
+// would exceed the bound, the least recently used closed breakers are evicted first; a
+// key used again after its eviction starts afresh, closed, with an empty window. An open
+// or half-open breaker is never evicted: it holds an outage, and forgetting it would send
+// full traffic to a dependency that is down, or cut a half-open probe short. A member
+// held in a forced mode (ModeForcedOpen, ModeForcedClosed) is evictable whatever its
+// state, since the mode and not its calls decides it. When every member is open or
+// half-open, the new key is still served and the Group grows past its bound until
+// members close again; the next creations shrink it back. Refusing the new key instead
+// would turn the outage of some keys into an outage for a key that has done nothing
+// wrong, which is what a Group exists to prevent; the bound is against keys nobody uses
+// any more, not against outages. Where keys come from untrusted input (a Host header, a
+// tenant ID from the request), map them onto a known set first.
+//
+// Looking up an existing key takes no lock and allocates nothing; marking it used writes
+// its coarse timestamp only when the coarse clock has moved (once per millisecond at
+// most), so busy keys cost no shared write per call.
+//
+// A Group is safe for concurrent use.
+type Group struct {
+	name string
+	opts []Option
+
+	// index maps keys to members for the call path: a lock-free read.
+	index sync.Map // string → *groupMember
+
+	// updateMu serialises Update, so that two racing updates cannot leave members on the
+	// older policy.
+	updateMu sync.Mutex
+
+	mu sync.Mutex
+	// guarded by mu:
+	policy   Policy
+	maxKeys  int
+	members  map[string]*groupMember
+	open     int // members whose last delivered state is Open
+	halfOpen int // ... HalfOpen
+	// The aggregate state (Open while any member is, else HalfOpen while any member is,
+	// else Closed), when it was reached, and the member transition that moved it there.
+	state   State
+	since   time.Time
+	reached Transition
+}
+
+var _ Observer = (*groupMember)(nil)
+
+// groupMember is one key's breaker and what the Group tracks of it.
+type groupMember struct {
+	g   *Group
+	key string
+	b   *Breaker
+	// lastUsed is the monotonic reading (b.now) of the latest Get, written only when it
+	// changed.
+	lastUsed atomic.Int64
+
+	// guarded by g.mu:
+	state   State
+	since   time.Time // when state was reached
+	period  uint64    // Transition.Period of the last delivery applied
+	evicted bool
+}
+
+// NewGroup returns an empty Group named name whose members get policy p and opts. name
+// may not contain [KeySeparator]; a policy that fails [Policy.Validate] is refused.
+func NewGroup(name string, p Policy, opts ...Option) (*Group, error) {
+	if strings.Contains(name, KeySeparator) {
+		return nil, fmt.Errorf("breaker: group name %q contains %q, which separates a group's name from its keys", name, KeySeparator)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	since := time.Now()
+	if o.clock != nil {
+		since = o.clock.Now()
+	}
+	return &Group{
+		name:    name,
+		opts:    slices.Clone(opts),
+		policy:  p.withDefaults(),
+		maxKeys: DefaultMaxKeys,
+		members: map[string]*groupMember{},
+		since:   since,
+	}, nil
+}
+
+// Name returns the Group's name.
+func (g *Group) Name() string { return g.name }
+
+// Policy returns the Group's policy, which every member runs.
+func (g *Group) Policy() Policy {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.policy
+}
+
+// Get returns the breaker of key, creating it on first use (which may evict another key's
+// breaker, see [Group]). For a key that exists it takes no lock and allocates nothing.
+func (g *Group) Get(key string) *Breaker {
+	if v, ok := g.index.Load(key); ok {
+		m := v.(*groupMember)
+		if now := m.b.now(); m.lastUsed.Load() != now {
+			m.lastUsed.Store(now)
+		}
+		return m.b
+	}
+	return g.create(key)
+}
+
+// Execute runs fn through the breaker of key: Get(key).Execute(ctx, fn).
+func (g *Group) Execute(ctx context.Context, key string, fn func(context.Context) error) error {
+	return g.Get(key).Execute(ctx, fn)
+}
+
+// Lookup returns the breaker of key if the Group holds one, without creating it or marking
+// it used.
+func (g *Group) Lookup(key string) (*Breaker, bool) {
+	if v, ok := g.index.Load(key); ok {
+		return v.(*groupMember).b, true
+	}
+	return nil, false
+}
+
+func (g *Group) create(key string) *Breaker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.members[key]; ok {
+		return m.b
+	}
+	for len(g.members) >= g.maxKeys && g.evictOne() {
+	}
+	m := &groupMember{g: g, key: key}
+	// The Group's own observer goes first, so that other observers, told of a member's
+	// transition, find the Group's summary already showing it.
+	opts := make([]Option, 0, len(g.opts)+1)
+	opts = append(opts, WithObserver(m))
+	opts = append(opts, g.opts...)
+	// g.policy has been validated, so New cannot fail.
+	b, err := New(g.name+KeySeparator+key, g.policy, opts...)
+	if err != nil {
+		panic("breaker: group holds an invalid policy: " + err.Error())
+	}
+	m.b = b
+	m.lastUsed.Store(b.now())
+	// New delivers no transition; a breaker created forced open is open from the start.
+	m.state, m.since = b.cur.Load().state, time.Unix(0, b.exactInstant().wall)
+	g.members[key] = m
+	g.count(m.state, 1)
+	g.aggregate(nil, m.since)
+	g.index.Store(key, m)
+	return b
+}
+
+// evictOne evicts the least recently used evictable member, and reports whether there was
+// one. Caller holds mu.
+//
+// It reads states from the published period, without the breaker's lock: an open circuit
+// whose timeout has passed is still open here, which only keeps it longer. A call may
+// open a member in the instant between this read and its removal; its outage is then
+// forgotten, but the member was the one least recently asked for.
+func (g *Group) evictOne() bool {
+	var victim *groupMember
+	for _, m := range g.members {
+		if !m.evictable() {
+			continue
+		}
+		if victim == nil || m.lastUsed.Load() < victim.lastUsed.Load() {
+			victim = m
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	victim.evicted = true
+	delete(g.members, victim.key)
+	g.index.Delete(victim.key)
+	g.count(victim.state, -1)
+	g.aggregate(nil, time.Unix(0, victim.b.exactInstant().wall))
+	return true
+}
+
+// evictable: closed, or held by a forced mode. Caller holds g.mu.
+func (m *groupMember) evictable() bool {
+	if mode := m.g.policy.Mode; mode == ModeForcedOpen || mode == ModeForcedClosed {
+		return true
+	}
+	return m.state == Closed && m.b.cur.Load().state == Closed
+}
+
+// OnTransition keeps the Group's counts and aggregate state up to date with its members.
+func (m *groupMember) OnTransition(t Transition) {
+	g := m.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m.evicted || t.Period <= m.period {
+		return // evicted, or an older delivery that lost the race to a newer one
+	}
+	m.period = t.Period
+	g.count(m.state, -1)
+	g.count(t.To, 1)
+	m.state, m.since = t.To, t.At
+	g.aggregate(&t, t.At)
+}
+
+// count adds n to the tally of state s. Caller holds mu.
+func (g *Group) count(s State, n int) {
+	switch s {
+	case Open:
+		g.open += n
+	case HalfOpen:
+		g.halfOpen += n
+	}
+}
+
+// aggregate moves the Group's state to what its counts say, recording t (nil: a member
+// created or evicted) as what moved it. Caller holds mu.
+func (g *Group) aggregate(t *Transition, at time.Time) {
+	s := Closed
+	switch {
+	case g.open > 0:
+		s = Open
+	case g.halfOpen > 0:
+		s = HalfOpen
+	}
+	if s == g.state {
+		return
+	}
+	g.state, g.since, g.reached = s, at, Transition{}
+	if t != nil {
+		g.reached = *t
+	}
+}
+
+// Update applies p to every member (each keeps its state, as [Breaker.Update] does) and
+// to the members created later. An invalid policy is refused with an error naming the
+// field, and the old one stays.
+func (g *Group) Update(p Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	g.updateMu.Lock()
+	defer g.updateMu.Unlock()
+	g.mu.Lock()
+	g.policy = p.withDefaults()
+	bs := g.breakersLocked(func(*groupMember) bool { return true })
+	g.mu.Unlock()
+	// Outside mu: Update delivers transitions to observers, the Group's own among them.
+	var errs []error
+	for _, b := range bs {
+		if err := b.Update(p); err != nil {
+			errs = append(errs, fmt.Errorf("breaker %q: %w", b.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// breakersLocked returns the breakers of the members f selects. Caller holds mu.
+func (g *Group) breakersLocked(f func(*groupMember) bool) []*Breaker {
+	bs := make([]*Breaker, 0, len(g.members))
+	for _, m := range g.members {
+		if f(m) {
+			bs = append(bs, m.b)
+		}
+	}
+	return bs
+}
+
+// MaxKeys returns the bound on the Group's keys.
+func (g *Group) MaxKeys() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.maxKeys
+}
+
+// SetMaxKeys sets the bound on the Group's keys (n < 1 means [DefaultMaxKeys]) and evicts
+// closed members at once, least recently used first, until the Group is within it or
+// only open and half-open members are left over.
+func (g *Group) SetMaxKeys(n int) {
+	if n < 1 {
+		n = DefaultMaxKeys
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.maxKeys = n
+	for len(g.members) > g.maxKeys && g.evictOne() {
+	}
+}
+
+// Len returns how many keys the Group holds.
+func (g *Group) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.members)
+}
+
+// Keys returns the keys the Group holds, sorted.
+func (g *Group) Keys() []string {
+	g.mu.Lock()
+	keys := make([]string, 0, len(g.members))
+	for k := range g.members {
+		keys = append(keys, k)
+	}
+	g.mu.Unlock()
+	slices.Sort(keys)
+	return keys
+}
+
+// GroupSummary is a Group at a glance: what a pod reports of it instead of one entry per
+// key.
+type GroupSummary struct {
+	// Keys is how many keys the Group holds; Open and HalfOpen how many of them are in
+	// each state.
+	Keys, Open, HalfOpen int
+	// Worst names at most SummaryWorstKeys keys that are not closed: open first, most
+	// recently opened first, then half-open, most recently first.
+	Worst []string
+	// State is Open while any key is open, else HalfOpen while any key is half-open, else
+	// Closed; Since is when the Group reached it.
+	State State
+	Since time.Time
+	// Reached is the member's transition that brought the Group to State (its Breaker is
+	// "<group>/<key>"), or the zero Transition when no transition did: the Group started
+	// Closed, or a member was created forced open.
+	Reached Transition
+}
+
+// Summary returns the Group at a glance. It first moves open members whose timeout has
+// passed to half-open, as [Breaker.State] does, so that it does not report outages that
+// time has ended.
+func (g *Group) Summary() GroupSummary {
+	g.mu.Lock()
+	bs := g.breakersLocked(func(m *groupMember) bool { return m.state != Closed })
+	g.mu.Unlock()
+	for _, b := range bs {
+		b.State() // delivers what time changed, to the Group's observer among others
+	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := GroupSummary{
+		Keys: len(g.members), Open: g.open, HalfOpen: g.halfOpen,
+		State: g.state, Since: g.since, Reached: g.reached,
+	}
+	var worst []*groupMember
+	for _, m := range g.members {
+		if m.state != Closed {
+			worst = append(worst, m)
+		}
+	}
+	slices.SortFunc(worst, func(a, b *groupMember) int {
+		if a.state != b.state {
+			if a.state == Open {
+				return -1
+			}
+			return 1
+		}
+		if c := b.since.Compare(a.since); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	for _, m := range worst[:min(len(worst), SummaryWorstKeys)] {
+		s.Worst = append(s.Worst, m.key)
+	}
+	return s
+}
