@@ -6,10 +6,12 @@ require (
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/fusebox-dev/fusebox/pkg/breaker v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/pkg/breaker/kube v0.0.0-00010101000000-000000000000
+	github.com/fusebox-dev/fusebox/pkg/breaker/redisstore v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.4
 	github.com/onsi/ginkgo/v2 v2.34.0
 	github.com/onsi/gomega v1.44.0
 	github.com/prometheus/client_golang v1.24.1
+	github.com/redis/go-redis/v9 v9.23.0
 	gomodules.xyz/jsonpatch/v2 v2.4.0
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.0
@@ -95,6 +97,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.10.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
