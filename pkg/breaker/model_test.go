@@ -158,8 +158,10 @@ func (m *refModel) toWith(s State, cause TransitionCause, trig Trigger, c Counts
 func (m *refModel) forced() bool { return m.p.Mode == ModeForcedOpen || m.p.Mode == ModeForcedClosed }
 
 func (m *refModel) advance(now instant) {
-	if m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= m.sinceMono+int64(m.openFor) {
-		m.to(HalfOpen, CauseTimeout, m.openTally, now, now)
+	if end := m.sinceMono + int64(m.openFor); m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= end {
+		// Half-open from the end of the open period on, however late it is noticed.
+		at := instant{wall: min(m.since+int64(m.openFor), now.wall), mono: end}
+		m.to(HalfOpen, CauseTimeout, m.openTally, at, now)
 	}
 	// No probe outcome for OpenTimeout after the last admission: the probes leaked.
 	if m.state == HalfOpen && m.awaiting && now.mono >= m.lastProbe+int64(m.p.OpenTimeout) {

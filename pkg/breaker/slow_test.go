@@ -330,3 +330,30 @@ func TestOpenPeriod(t *testing.T) {
 		t.Errorf("openPeriod near the int64 limit = %v, want the cap", got)
 	}
 }
+
+// TestHalfOpenDatedAtTheEndOfTheOpenPeriod: a circuit whose open period ended while nobody
+// looked is half-open from the period's end, not from when it is next looked at, so that
+// an open verdict reached elsewhere after that end (another pod of the fleet whose probe
+// failed) is news and not stale, and the fleet backs off as one.
+func TestHalfOpenDatedAtTheEndOfTheOpenPeriod(t *testing.T) {
+	clock := newFakeClock()
+	p := DefaultPolicy()
+	p.OpenTimeout, p.MaxOpenTimeout = time.Second, time.Minute
+	b, _ := New("b", p, WithClock(clock))
+	b.Trip()
+	opened := clock.Now()
+	reopened := opened.Add(1200 * time.Millisecond) // another pod's probe failed then
+	clock.Advance(1500 * time.Millisecond)
+	if v := b.Verdict(); v.State != HalfOpen || !v.Since.Equal(opened.Add(time.Second)) {
+		t.Fatalf("looked at 1.5s after a 1s open period: %+v, want half-open since 1s", v)
+	}
+	if !b.Adopt(Verdict{State: Open, Since: reopened, ConsecutiveOpens: 2, OpenTimeout: 2 * time.Second}) {
+		t.Fatal("the fleet's next open period was refused as stale")
+	}
+	if v := b.Verdict(); v.State != Open || v.ConsecutiveOpens != 2 || v.OpenTimeout != 2*time.Second || !v.Since.Equal(reopened) {
+		t.Errorf("after adopting the fleet's re-open: %+v", v)
+	}
+	if d, _ := b.RetryAfter(); d != 1700*time.Millisecond {
+		t.Errorf("RetryAfter = %v, want the rest of the fleet's 2s period", d)
+	}
+}

@@ -183,7 +183,14 @@ func (b *Breaker) advance(now int64, pend *pending) {
 	switch b.state {
 	case Open:
 		if b.policy.Mode != ModeForcedOpen && now >= b.openUntil() {
-			b.transition(move{to: HalfOpen, cause: CauseTimeout, counts: b.openTally, at: b.exactInstant()}, now, pend)
+			// The circuit went half-open when the open period ended, whenever that is
+			// noticed: dated later, it would make an open verdict reached elsewhere in
+			// between (the next open period of a fleet) look older than this state, and
+			// Adopt would refuse it as stale. The wall-clock end is clamped to now, for a
+			// wall clock stepped back since the circuit opened.
+			e := b.exactInstant()
+			at := instant{wall: min(addSat(b.since, int64(b.openFor)), e.wall), mono: b.openUntil()}
+			b.transition(move{to: HalfOpen, cause: CauseTimeout, counts: b.openTally, at: at}, now, pend)
 		}
 	case HalfOpen:
 		if b.awaitingProbe && now >= addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)) {

@@ -137,12 +137,6 @@ func (o *opens) entered(k int) (breaker.Transition, bool) {
 // consecutive fleet open lasts min(openTimeout×2^(k-1), maxOpenTimeout) on every pod,
 // whichever pod's probe failed, and the resource shows the period.
 func TestAFleetBacksOffAsOne(t *testing.T) {
-	if !coreAdoptsAReopenAfterALateHalfOpen() {
-		t.Skip("SKIPPED: needs a pkg/breaker fix (DESIGN §5.12, §5.13): a circuit whose open period ended " +
-			"unobserved goes half-open dated when it is next looked at, not when the period ended, so it refuses " +
-			"as stale the fleet's re-open by another pod's failed probe in between, and keeps its own count. " +
-			"This spec fails for that reason alone; it runs by itself once the fix is merged.")
-	}
 	ns := newNamespace(t)
 	cb := &resiliencev1alpha1.CircuitBreaker{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ledger"},
@@ -291,45 +285,6 @@ func TestAFleetBacksOffAsOne(t *testing.T) {
 		}
 		return err
 	})
-}
-
-// manualClock is a Clock that moves only when told.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time // guarded by mu
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// coreAdoptsAReopenAfterALateHalfOpen tells whether pkg/breaker has the rule the fleet
-// backoff spec needs from it: a circuit whose open period ended before another pod's
-// probe failed, but that nobody looked at until the fleet's re-open arrived, adopts that
-// re-open and its period.
-func coreAdoptsAReopenAfterALateHalfOpen() bool {
-	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	p := breaker.DefaultPolicy()
-	p.OpenTimeout, p.MaxOpenTimeout = time.Second, time.Minute
-	b, err := breaker.New("probe", p, breaker.WithClock(clock))
-	if err != nil {
-		panic(err)
-	}
-	b.Trip()
-	reopened := clock.Now().Add(1200 * time.Millisecond) // another pod's probe failed then
-	clock.add(1500 * time.Millisecond)
-	b.State() // the period ended at 1s; this pod looks only now
-	b.Adopt(breaker.Verdict{State: breaker.Open, Since: reopened, ConsecutiveOpens: 2, OpenTimeout: 2 * time.Second})
-	v := b.Verdict()
-	return v.State == breaker.Open && v.ConsecutiveOpens == 2
 }
 
 func condition(cb *resiliencev1alpha1.CircuitBreaker, conditionType string) metav1.Condition {
