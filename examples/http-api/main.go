@@ -175,7 +175,7 @@ func (c *usersClient) cached(id string, cause error) (user, error, error) {
 
 // printTransitions prints every change of the circuit's state, then tells seen.
 func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Observer {
-	return observerFunc(func(t breaker.Transition) {
+	return breaker.ObserverFunc(func(t breaker.Transition) {
 		why := ""
 		switch {
 		case t.To == breaker.Open && t.From == breaker.Closed:
@@ -191,10 +191,6 @@ func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Obse
 		seen(t)
 	})
 }
-
-type observerFunc func(breaker.Transition)
-
-func (f observerFunc) OnTransition(t breaker.Transition) { f(t) }
 
 // usersAPI is the local API the example calls. It knows users 1 to 3, and answers 503 to
 // everything while it is down.

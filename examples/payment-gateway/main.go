@@ -243,7 +243,7 @@ func (g *gateway) charge(ctx context.Context, id, amountCents int) (string, erro
 
 // printTransitions prints every change of an instance's circuit.
 func printTransitions(out io.Writer, instance string) breaker.Observer {
-	return observerFunc(func(t breaker.Transition) {
+	return breaker.ObserverFunc(func(t breaker.Transition) {
 		why := ""
 		switch {
 		case t.Cause == breaker.CauseAdopted:
@@ -260,10 +260,6 @@ func printTransitions(out io.Writer, instance string) breaker.Observer {
 		fmt.Fprintf(out, "%s: circuit %s → %s%s\n", instance, t.From, t.To, why)
 	})
 }
-
-type observerFunc func(breaker.Transition)
-
-func (f observerFunc) OnTransition(t breaker.Transition) { f(t) }
 
 // order is an order whose payment is pending.
 type order struct {

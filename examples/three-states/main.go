@@ -156,7 +156,7 @@ func run(ctx context.Context, out io.Writer) error {
 
 // printTransitions prints every change of the circuit's state, then tells seen.
 func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Observer {
-	return observerFunc(func(t breaker.Transition) {
+	return breaker.ObserverFunc(func(t breaker.Transition) {
 		why := ""
 		switch {
 		case t.To == breaker.Open && t.From == breaker.Closed:
@@ -172,10 +172,6 @@ func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Obse
 		seen(t)
 	})
 }
-
-type observerFunc func(breaker.Transition)
-
-func (f observerFunc) OnTransition(t breaker.Transition) { f(t) }
 
 // service is the local HTTP service the example calls: it answers after a delay the
 // example changes.

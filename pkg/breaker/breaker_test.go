@@ -870,7 +870,7 @@ func TestAdopt(t *testing.T) {
 func TestObserverMayCallBack(t *testing.T) {
 	var b *Breaker
 	var seen []State
-	obs := observerFunc(func(tr Transition) {
+	obs := ObserverFunc(func(tr Transition) {
 		seen = append(seen, b.State())
 		_ = b.Counts()
 		_ = b.Verdict()
@@ -882,10 +882,6 @@ func TestObserverMayCallBack(t *testing.T) {
 		t.Fatalf("observer saw %v", seen)
 	}
 }
-
-type observerFunc func(Transition)
-
-func (f observerFunc) OnTransition(t Transition) { f(t) }
 
 func TestCallEvents(t *testing.T) {
 	b, clock, rec := newTestBreaker(t, testPolicy())

@@ -186,6 +186,13 @@ type Observer interface {
 	OnTransition(Transition)
 }
 
+// ObserverFunc is a function used as an Observer: breaker.WithObserver(breaker.ObserverFunc(
+// func(t breaker.Transition) { ... })).
+type ObserverFunc func(Transition)
+
+// OnTransition calls f(t).
+func (f ObserverFunc) OnTransition(t Transition) { f(t) }
+
 // CallObserver is an Observer that sees every call too. Breakers without
 // a CallObserver skip this bookkeeping entirely, so only those that want it pay per call.
 type CallObserver interface {
