@@ -54,6 +54,11 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 		if !breakerconfig.Earned(string(m.entry.State), m.entry.Reason) || m.since.Before(created) {
 			continue
 		}
+		if m.entry.Keys != nil {
+			// A breaker Group's entry sums its keys' breakers; no key's verdict is
+			// shared across the fleet (docs/groups.md), so it moves no fleet verdict.
+			continue
+		}
 		switch m.entry.State {
 		case resiliencev1alpha1.StateOpen:
 			d.openers = append(d.openers, m)

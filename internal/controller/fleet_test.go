@@ -403,3 +403,19 @@ func TestDecideFleetWithoutOpenPeriods(t *testing.T) {
 		t.Errorf("rendered verdict %+v, %v", back.Verdict, err)
 	}
 }
+
+// A breaker Group's entry moves no fleet verdict: no key's verdict is shared across the
+// fleet (docs/groups.md). Its state is its pods', as with scope Pod, not the half-open a
+// fleet with an unshared Open would show.
+func TestAGroupMovesNoFleetVerdict(t *testing.T) {
+	group := at("g", open, tripped, 5*time.Second)
+	group.entry.Keys = &resiliencev1alpha1.KeySummary{Keys: 12, Open: 3, Worst: []string{"eu-1", "eu-2", "us-3"}}
+	members := append(closedPods("p", 2), group)
+	if d := decideFleet(fleetBreaker(0), members); d.open || d.verdict != nil {
+		t.Errorf("a Group's Open made a fleet verdict: %+v", d)
+	}
+	v := aggregate(fleetBreaker(0), members)
+	if v.state != open || v.fleet != nil || v.keys == nil || v.keys.Open != 3 {
+		t.Errorf("aggregate of a Fleet-scoped Group: state %q, fleet %+v, keys %+v; want Open from its pods, no fleet rule", v.state, v.fleet, v.keys)
+	}
+}

@@ -86,7 +86,10 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 		}
 	}
 	slices.Sort(v.rejected)
-	if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
+	v.keys = aggregateKeys(members)
+	// A breaker Group shares nothing across the fleet: its state is its pods', as with
+	// scope Pod.
+	if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet && v.keys == nil {
 		d := decideFleet(cb, members)
 		v.fleet = &d
 		v.consecutiveOpens, v.openTimeout = 0, nil
@@ -108,7 +111,6 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 	}
 	v.state, v.counts = state, counts
 	v.listed = listed(cb, members)
-	v.keys = aggregateKeys(members)
 	return v
 }
 
