@@ -101,10 +101,11 @@ func TestGroupReport(t *testing.T) {
 	eventually(t, propagation, groupIs(resiliencev1alpha1.StateOpen, breakerconfig.ReasonTripped,
 		resiliencev1alpha1.KeySummary{Keys: 5, Open: 3, Worst: []string{key(2), key(1), key(0)}}))
 
-	// Their open period ends: the Group probes, then recovers.
+	// Their open period ends: the Group probes, then recovers. Each key went half-open
+	// when its own open period ended, in the order they opened: the most recent first.
 	clock.Advance(p.OpenTimeout)
 	eventually(t, propagation, groupIs(resiliencev1alpha1.StateHalfOpen, breakerconfig.ReasonTimedOut,
-		resiliencev1alpha1.KeySummary{Keys: 5, HalfOpen: 3, Worst: []string{key(0), key(1), key(2)}}))
+		resiliencev1alpha1.KeySummary{Keys: 5, HalfOpen: 3, Worst: []string{key(2), key(1), key(0)}}))
 	for i := range 3 {
 		for range p.SuccessThreshold {
 			if err := g.Execute(ctx, key(i), ok); err != nil {

@@ -91,10 +91,11 @@ func TestReasons(t *testing.T) {
 		"manual":      {resiliencev1alpha1.StateOpen, breakerconfig.ReasonManual, clock.Now()},
 		"probefailed": {resiliencev1alpha1.StateOpen, breakerconfig.ReasonProbeFailed, clock.Now()},
 		"probesok":    {resiliencev1alpha1.StateClosed, breakerconfig.ReasonProbesSucceeded, clock.Now()},
-		"timedout":    {resiliencev1alpha1.StateHalfOpen, breakerconfig.ReasonTimedOut, clock.Now()},
-		"adopted":     {resiliencev1alpha1.StateOpen, breakerconfig.ReasonAdopted, adoptedSince},
-		"forced":      {resiliencev1alpha1.StateOpen, breakerconfig.ReasonForced, time.Time{}},
-		"forcedlate":  {resiliencev1alpha1.StateOpen, breakerconfig.ReasonForced, start},
+		// Half-open from the end of its open period, not from when State looked.
+		"timedout":   {resiliencev1alpha1.StateHalfOpen, breakerconfig.ReasonTimedOut, start.Add(breaker.DefaultPolicy().OpenTimeout)},
+		"adopted":    {resiliencev1alpha1.StateOpen, breakerconfig.ReasonAdopted, adoptedSince},
+		"forced":     {resiliencev1alpha1.StateOpen, breakerconfig.ReasonForced, time.Time{}},
+		"forcedlate": {resiliencev1alpha1.StateOpen, breakerconfig.ReasonForced, start},
 	}
 	eventually(t, propagation, func() error {
 		for name, w := range want {
