@@ -81,6 +81,13 @@ func (at instant) back(wall int64) instant {
 	return instant{wall: wall, mono: addSat(at.mono, -subSat(at.wall, wall))}
 }
 
+// at returns the moment mono on the monotonic timeline (at or before at.mono), with its
+// wall-clock time as far before at.wall as it is before at.mono: when a move that time
+// made happened, read when it is noticed.
+func (at instant) at(mono int64) instant {
+	return instant{wall: subSat(at.wall, subSat(at.mono, mono)), mono: mono}
+}
+
 // coarseNow is small enough to inline into the call path.
 func coarseNow() int64 {
 	if n := atomic.LoadInt64(&coarse.nanos); n != 0 {

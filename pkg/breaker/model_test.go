@@ -158,14 +158,15 @@ func (m *refModel) toWith(s State, cause TransitionCause, trig Trigger, c Counts
 func (m *refModel) forced() bool { return m.p.Mode == ModeForcedOpen || m.p.Mode == ModeForcedClosed }
 
 func (m *refModel) advance(now instant) {
+	// Both moves happen when time makes them, however late they are noticed; the wall
+	// clock reads that moment as long before now as the monotonic clock does.
+	when := func(mono int64) instant { return instant{wall: now.wall - (now.mono - mono), mono: mono} }
 	if end := m.sinceMono + int64(m.openFor); m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= end {
-		// Half-open from the end of the open period on, however late it is noticed.
-		at := instant{wall: min(m.since+int64(m.openFor), now.wall), mono: end}
-		m.to(HalfOpen, CauseTimeout, m.openTally, at, now)
+		m.to(HalfOpen, CauseTimeout, m.openTally, when(end), now)
 	}
 	// No probe outcome for OpenTimeout after the last admission: the probes leaked.
-	if m.state == HalfOpen && m.awaiting && now.mono >= m.lastProbe+int64(m.p.OpenTimeout) {
-		m.to(Open, CauseTimeout, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
+	if end := m.lastProbe + int64(m.p.OpenTimeout); m.state == HalfOpen && m.awaiting && now.mono >= end {
+		m.to(Open, CauseTimeout, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, when(end), now)
 	}
 }
 

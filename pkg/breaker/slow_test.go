@@ -357,3 +357,27 @@ func TestHalfOpenDatedAtTheEndOfTheOpenPeriod(t *testing.T) {
 		t.Errorf("RetryAfter = %v, want the rest of the fleet's 2s period", d)
 	}
 }
+
+// TestLeakedProbeReopenDatedWhenItHappened: the re-open over a leaked probe is dated when
+// the half-open period timed out, not when it is noticed, so that a close reached elsewhere
+// in between (the fleet's) still ends it.
+func TestLeakedProbeReopenDatedWhenItHappened(t *testing.T) {
+	clock := newFakeClock()
+	p := DefaultPolicy()
+	p.OpenTimeout = time.Second
+	b, _ := New("b", p, WithClock(clock))
+	b.Trip()
+	clock.Advance(time.Second)
+	if _, err := b.Allow(); err != nil { // a probe whose done never comes
+		t.Fatal(err)
+	}
+	leaked := clock.Now().Add(time.Second) // the half-open period times out then
+	closed := leaked.Add(300 * time.Millisecond)
+	clock.Advance(1500 * time.Millisecond) // nobody looks until now
+	if v := b.Verdict(); v.State != Open || !v.Since.Equal(leaked) {
+		t.Fatalf("verdict %+v, want open since the time-out at %v", v, leaked)
+	}
+	if !b.Adopt(Verdict{State: Closed, Since: closed}) || b.State() != Closed {
+		t.Errorf("a close reached after the time-out was refused: %v", b.State())
+	}
+}

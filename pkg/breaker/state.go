@@ -168,7 +168,10 @@ func (b *Breaker) openNow(cause TransitionCause, at instant, now int64, pend *pe
 func (b *Breaker) openUntil() int64 { return addSat(b.sinceMono, int64(b.openFor)) }
 
 // advance applies the moves that time alone makes, lazily, when a call or a reader next
-// looks (caller holds mu):
+// looks (caller holds mu). Each is dated when time made it, however late it is noticed:
+// dated later, it would make a verdict reached elsewhere in between (a fleet's next open
+// period, or its close) look older than this state, and Adopt would refuse it as stale.
+// The moves:
 //
 //   - open → half-open, once the open period (OpenTimeout, or its backed-off length under
 //     MaxOpenTimeout) has passed since it started;
@@ -182,19 +185,12 @@ func (b *Breaker) openUntil() int64 { return addSat(b.sinceMono, int64(b.openFor
 func (b *Breaker) advance(now int64, pend *pending) {
 	switch b.state {
 	case Open:
-		if b.policy.Mode != ModeForcedOpen && now >= b.openUntil() {
-			// The circuit went half-open when the open period ended, whenever that is
-			// noticed: dated later, it would make an open verdict reached elsewhere in
-			// between (the next open period of a fleet) look older than this state, and
-			// Adopt would refuse it as stale. The wall-clock end is clamped to now, for a
-			// wall clock stepped back since the circuit opened.
-			e := b.exactInstant()
-			at := instant{wall: min(addSat(b.since, int64(b.openFor)), e.wall), mono: b.openUntil()}
-			b.transition(move{to: HalfOpen, cause: CauseTimeout, counts: b.openTally, at: at}, now, pend)
+		if end := b.openUntil(); b.policy.Mode != ModeForcedOpen && now >= end {
+			b.transition(move{to: HalfOpen, cause: CauseTimeout, counts: b.openTally, at: b.exactInstant().at(end)}, now, pend)
 		}
 	case HalfOpen:
-		if b.awaitingProbe && now >= addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)) {
-			b.transition(move{to: Open, cause: CauseTimeout, counts: b.probeCounts(), at: b.exactInstant()}, now, pend)
+		if end := addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)); b.awaitingProbe && now >= end {
+			b.transition(move{to: Open, cause: CauseTimeout, counts: b.probeCounts(), at: b.exactInstant().at(end)}, now, pend)
 		}
 	}
 }
