@@ -86,7 +86,7 @@ func (r *reporter) refreshGroups() {
 // report. A summary changes with no transition to announce it: keys are created on first
 // use and evicted when idle, and an open key's period ends with time, not with a call.
 // Re-reading is local; the API server hears of it only when a summary changed.
-var groupRefreshInterval = time.Second
+const groupRefreshInterval = time.Second
 
 // groupRefresh is the writer's ticker for re-reading Group summaries, running only while
 // the report holds a Group.

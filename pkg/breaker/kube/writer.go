@@ -15,8 +15,7 @@ import (
 
 // writeBackoff paces the retries of a failed write: exponential and capped, so a pod that
 // was cut off for a minute reports within a few seconds of the server's return without
-// hammering it meanwhile. No jitter: a pod writes only when its breakers move, so the
-// pods of a fleet do not fail and retry in step the way watchers re-listing do.
+// hammering it meanwhile: 100 ms, doubling, 5 s at most.
 var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 5 * time.Second}
 
 // refusedBackoff paces the retries of a report the server refuses: at the cap from the
