@@ -193,11 +193,6 @@ type Override struct {
 // MaxOverrideDuration is how far ahead an override's until may be.
 const MaxOverrideDuration = 7 * 24 * time.Hour
 
-// AnnotationOverriddenBy names who set spec.override, as the API server
-// authenticated them. The mutating webhook writes it; a value a client writes
-// is replaced.
-const AnnotationOverriddenBy = "fusebox.dev/overridden-by"
-
 // State is a circuit's state, as pods report it and as the fleet sees it.
 // +kubebuilder:validation:Enum=Closed;Open;HalfOpen
 type State string

@@ -1,7 +1,5 @@
 package v1alpha1
 
-import "github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
-
 // Condition types of CircuitBreaker status, and the reasons each may carry.
 const (
 	// ConditionReady is True when the breaker's configuration is valid and
@@ -75,14 +73,4 @@ const (
 	EventConfigRejected    = "ConfigRejected"
 	// EventMemberPruned (Normal): the reports of pods that are gone were deleted.
 	EventMemberPruned = "MemberPruned"
-)
-
-// ConfigMapName is the ConfigMap, one per namespace, that holds the rendered
-// configuration of every CircuitBreaker in it, under the key <name>.json.
-const ConfigMapName = breakerconfig.ConfigMapName
-
-// ManagedByLabel marks the objects Fusebox writes; its value is ManagedByValue.
-const (
-	ManagedByLabel = breakerconfig.ManagedByLabel
-	ManagedByValue = breakerconfig.ManagedByValue
 )

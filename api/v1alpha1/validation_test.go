@@ -15,6 +15,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // These tests run the CRD in a real kube-apiserver: the schema and CEL rules
@@ -180,8 +181,8 @@ func TestAPIServerRefusesANameNoConfigMapKeyHolds(t *testing.T) {
 // report is an unstructured BreakerReport holding one entry.
 func report(name string, entry map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "resilience.fusebox.dev/v1alpha1",
-		"kind":       "BreakerReport",
+		"apiVersion": resiliencev1alpha1.GroupVersion.String(),
+		"kind":       breakerconfig.ReportKind,
 		"metadata":   map[string]any{"name": name, "namespace": "default"},
 		"breakers":   []any{entry},
 	}}
@@ -349,7 +350,17 @@ func TestAPIServerSlowCallAndBackoffBounds(t *testing.T) {
 	}
 }
 
-// A report's slow-call, backoff and Group fields: their bounds, and a full entry stored
+// worstKeys is n key names for a Group summary's worst list.
+func worstKeys(n int) []any {
+	keys := make([]any, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("host-%d.example.com", i)
+	}
+	return keys
+}
+
+// A report's slow-call, backoff and Group fields: their bounds (the schema's bound on
+// keys.worst is what the pods write, breakerconfig.MaxWorstKeys), and a full entry stored
 // as written.
 func TestAPIServerReportsSlowCallsBackoffAndGroups(t *testing.T) {
 	ctx := context.Background()
@@ -362,8 +373,8 @@ func TestAPIServerReportsSlowCallsBackoffAndGroups(t *testing.T) {
 		{"slowCallRatePercent 101", func(e map[string]any) { e["slowCallRatePercent"] = 101 }, "breakers[0].slowCallRatePercent"},
 		{"consecutiveOpens negative", func(e map[string]any) { e["consecutiveOpens"] = -1 }, "breakers[0].consecutiveOpens"},
 		{"keys.open negative", func(e map[string]any) { e["keys"] = map[string]any{"keys": 3, "open": -1, "halfOpen": 0} }, "breakers[0].keys.open"},
-		{"keys.worst more than 5", func(e map[string]any) {
-			e["keys"] = map[string]any{"keys": 9, "open": 6, "halfOpen": 0, "worst": []any{"a", "b", "c", "d", "e", "f"}}
+		{"keys.worst more than MaxWorstKeys", func(e map[string]any) {
+			e["keys"] = map[string]any{"keys": 9, "open": 9, "halfOpen": 0, "worst": worstKeys(breakerconfig.MaxWorstKeys + 1)}
 		}, "breakers[0].keys.worst"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -381,7 +392,7 @@ func TestAPIServerReportsSlowCallsBackoffAndGroups(t *testing.T) {
 
 	obj := report("slow-report", reportEntry(func(e map[string]any) {
 		e["trigger"], e["slowCallRatePercent"], e["consecutiveOpens"], e["openTimeout"] = "SlowCallRate", 85, 3, "2m0s"
-		e["keys"] = map[string]any{"keys": 40, "open": 2, "halfOpen": 1, "worst": []any{"api.example.com", "cdn.example.com"}}
+		e["keys"] = map[string]any{"keys": 40, "open": 8, "halfOpen": 1, "worst": worstKeys(breakerconfig.MaxWorstKeys)}
 	}))
 	if err := k8sClient.Create(ctx, obj); err != nil {
 		t.Fatalf("a valid report refused: %v", err)
@@ -393,7 +404,7 @@ func TestAPIServerReportsSlowCallsBackoffAndGroups(t *testing.T) {
 	}
 	e := got.Breakers[0]
 	if e.Trigger != "SlowCallRate" || e.SlowCallRatePercent == nil || *e.SlowCallRatePercent != 85 || e.ConsecutiveOpens != 3 ||
-		e.OpenTimeout == nil || e.OpenTimeout.Duration.String() != "2m0s" || e.Keys == nil || e.Keys.Keys != 40 || len(e.Keys.Worst) != 2 {
+		e.OpenTimeout == nil || e.OpenTimeout.Duration.String() != "2m0s" || e.Keys == nil || e.Keys.Keys != 40 || len(e.Keys.Worst) != breakerconfig.MaxWorstKeys {
 		t.Errorf("stored entry %+v, want it as written", e)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // newNamespace creates a namespace of the spec's own; envtest runs no
@@ -37,7 +38,7 @@ func newBreaker(ns, name string, mutate ...func(*resiliencev1alpha1.CircuitBreak
 }
 
 func configMapKey(ns string) types.NamespacedName {
-	return types.NamespacedName{Namespace: ns, Name: resiliencev1alpha1.ConfigMapName}
+	return types.NamespacedName{Namespace: ns, Name: breakerconfig.ConfigMapName}
 }
 
 // published returns the JSON published for a breaker, decoded.
@@ -84,7 +85,7 @@ var _ = Describe("CircuitBreaker controller", func() {
 		Eventually(func(g Gomega) {
 			var cm corev1.ConfigMap
 			g.Expect(k8sClient.Get(ctx, configMapKey(ns), &cm)).To(Succeed())
-			g.Expect(cm.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "fusebox"))
+			g.Expect(cm.Labels).To(HaveKeyWithValue(breakerconfig.ManagedByLabel, breakerconfig.ManagedByValue))
 			g.Expect(cm.Data).To(HaveLen(1))
 			g.Expect(cm.Data["payments-api.json"]).To(Equal(`{
   "name": "payments-api",
@@ -190,7 +191,7 @@ var _ = Describe("CircuitBreaker controller", func() {
 
 		By("taking the ConfigMap back when its label was edited away")
 		Expect(k8sClient.Get(ctx, configMapKey(ns), &cm)).To(Succeed())
-		delete(cm.Labels, resiliencev1alpha1.ManagedByLabel)
+		delete(cm.Labels, breakerconfig.ManagedByLabel)
 		cm.Data["inventory.json"] = "{}"
 		Expect(k8sClient.Update(ctx, &cm)).To(Succeed())
 		// The label edit looks like a deletion to the label-filtered cache,
@@ -199,7 +200,7 @@ var _ = Describe("CircuitBreaker controller", func() {
 		Eventually(func(g Gomega) {
 			var cm corev1.ConfigMap
 			g.Expect(k8sClient.Get(ctx, configMapKey(ns), &cm)).To(Succeed())
-			g.Expect(cm.Labels).To(HaveKeyWithValue(resiliencev1alpha1.ManagedByLabel, resiliencev1alpha1.ManagedByValue))
+			g.Expect(cm.Labels).To(HaveKeyWithValue(breakerconfig.ManagedByLabel, breakerconfig.ManagedByValue))
 			g.Expect(cm.Data).To(Equal(map[string]string{"inventory.json": want}))
 		}).Should(Succeed())
 	})

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // setReadyCondition sets Ready from the outcome of rendering the breaker.
@@ -24,7 +25,7 @@ func setReadyCondition(cb *resiliencev1alpha1.CircuitBreaker, renderErr error) {
 		Type:    resiliencev1alpha1.ConditionReady,
 		Status:  metav1.ConditionTrue,
 		Reason:  resiliencev1alpha1.ReasonConfigPublished,
-		Message: "Configuration published in ConfigMap " + resiliencev1alpha1.ConfigMapName,
+		Message: "Configuration published in ConfigMap " + breakerconfig.ConfigMapName,
 	})
 }
 

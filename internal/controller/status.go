@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // minCountsInterval is how often a breaker's status is written for changes of its counts
@@ -26,7 +27,7 @@ const minCountsInterval = time.Second
 // ConfigMap; the ConfigMap's own update starts the reconcile that moves them.
 func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker {
 	desired := o.breaker.DeepCopy()
-	desired.Status.ConfigMapName = resiliencev1alpha1.ConfigMapName
+	desired.Status.ConfigMapName = breakerconfig.ConfigMapName
 	desired.Status.State, desired.Status.MemberCounts, desired.Status.Members = v.state, v.counts, v.listed
 	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.consecutiveOpens, v.openTimeout, v.keys
 	if o.err != nil || !o.changed {

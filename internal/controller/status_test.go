@@ -25,6 +25,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // ensurePod returns the pod of that name, created first if it does not exist. envtest runs
@@ -73,7 +74,7 @@ func applyReport(ctx context.Context, ns, pod string, uid types.UID, entries ...
 		},
 		"breakers": breakers,
 	}}
-	return k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("fusebox-pod"), client.ForceOwnership)
+	return k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(kube.FieldManager), client.ForceOwnership)
 }
 
 // entry is one breaker's line in a report.

@@ -33,6 +33,7 @@ import (
 	"github.com/fusebox-dev/fusebox/internal/controller"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // The plugin's tests run it, in-process, against a real kube-apiserver and
@@ -255,7 +256,7 @@ func report(t *testing.T, ns, pod string, entries ...breakerconfig.ReportEntry) 
 		},
 		"breakers": breakers,
 	}}
-	if err := k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("fusebox-pod"), client.ForceOwnership); err != nil {
+	if err := k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(kube.FieldManager), client.ForceOwnership); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -23,6 +23,7 @@ type Registry struct {
 	configured map[string]Policy   // guarded by mu: the last good policy per configured name
 	breakers   map[string]*Breaker // guarded by mu
 	groups     map[string]*Group   // guarded by mu
+	onCreate   []func(name string) // guarded by mu
 }
 
 // NewRegistry returns an empty registry. Breakers it creates get defaultPolicy unless Apply
@@ -50,10 +51,18 @@ func (r *Registry) Get(name string) *Breaker {
 	if ok {
 		return b
 	}
+	b, created := r.newBreaker(name)
+	announce(name, created)
+	return b
+}
+
+// newBreaker returns the breaker named name, creating it, and the creation hooks to call
+// if it did.
+func (r *Registry) newBreaker(name string) (*Breaker, []func(string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b, ok := r.breakers[name]; ok {
-		return b
+		return b, nil
 	}
 	if _, ok := r.groups[name]; ok {
 		panic(fmt.Sprintf("breaker: registry: %q is a Group; use Registry.Group(%[1]q)", name))
@@ -65,7 +74,28 @@ func (r *Registry) Get(name string) *Breaker {
 		panic("breaker: registry holds an invalid policy: " + err.Error())
 	}
 	r.breakers[name] = b
-	return b
+	return b, r.onCreate
+}
+
+// OnCreate registers f to be called each time the registry creates a breaker or a Group,
+// with its name, so that a program connecting the registry to something else (the
+// Kubernetes agent, say) learns of it without polling. f runs in the goroutine of the Get
+// or Group call that created it, once Lookup or LookupGroup finds it, and with no lock of
+// the registry held, so it may call back into the registry; that call waits for f, so f
+// should return quickly. The breakers a Group creates for its keys are the Group's, and
+// are not announced.
+func (r *Registry) OnCreate(f func(name string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// A fresh slice, so that a creation announcing the earlier hooks outside mu reads a
+	// slice nobody appends to.
+	r.onCreate = append(slices.Clip(r.onCreate), f)
+}
+
+func announce(name string, hooks []func(string)) {
+	for _, f := range hooks {
+		f(name)
+	}
 }
 
 // policyLocked is the policy of name: configured, or else the default. Caller holds mu.
@@ -88,10 +118,18 @@ func (r *Registry) Group(name string) *Group {
 	if ok {
 		return g
 	}
+	g, created := r.newGroup(name)
+	announce(name, created)
+	return g
+}
+
+// newGroup returns the Group named name, creating it, and the creation hooks to call if
+// it did.
+func (r *Registry) newGroup(name string) (*Group, []func(string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if g, ok := r.groups[name]; ok {
-		return g
+		return g, nil
 	}
 	if _, ok := r.breakers[name]; ok {
 		panic(fmt.Sprintf("breaker: registry: %q is a breaker; a Group needs a name of its own", name))
@@ -101,7 +139,7 @@ func (r *Registry) Group(name string) *Group {
 		panic("breaker: registry: " + err.Error())
 	}
 	r.groups[name] = g
-	return g
+	return g, r.onCreate
 }
 
 // LookupGroup returns the Group named name if it exists, without creating it.

@@ -165,3 +165,50 @@ func TestRegistryGroups(t *testing.T) {
 		}()
 	}
 }
+
+// TestRegistryOnCreate: every hook hears of each breaker and Group the registry creates,
+// once however many goroutines race to create it, after the registry holds it and with no
+// lock held (the hook calls back into the registry); a Group's keys are not announced.
+func TestRegistryOnCreate(t *testing.T) {
+	reg, err := NewRegistry(testPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		created []string
+		second  int
+	)
+	reg.OnCreate(func(name string) {
+		_, isBreaker := reg.Lookup(name)
+		_, isGroup := reg.LookupGroup(name)
+		if !isBreaker && !isGroup {
+			t.Errorf("%q announced before the registry holds it", name)
+		}
+		reg.Names() // takes the registry's lock: a hook called under it would deadlock
+		mu.Lock()
+		defer mu.Unlock()
+		created = append(created, name)
+	})
+	reg.OnCreate(func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		second++
+	})
+
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			reg.Get("payments")
+			reg.Group("hosts").Get("a.example")
+		})
+	}
+	wg.Wait()
+	reg.Get("payments")
+	reg.Group("hosts").Get("b.example")
+
+	slices.Sort(created)
+	if want := []string{"hosts", "payments"}; !slices.Equal(created, want) || second != 2 {
+		t.Errorf("announced %v and %d to the second hook, want %v to both", created, second, want)
+	}
+}

@@ -75,13 +75,13 @@ var _ = Describe("CircuitBreaker admission", func() {
 			"spec.mode is ForcedOpen but the annotations fusebox.dev/forced-by and fusebox.dev/forced-reason are not set: record who forced the circuit and why, so that it is not left open after the incident",
 		}),
 		Entry("ForcedOpen, who but not why", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedOpen},
-			map[string]string{circuitbreaker.AnnotationForcedBy: "alice@example.com"}, []string{
+			map[string]string{resiliencev1alpha1.AnnotationForcedBy: "alice@example.com"}, []string{
 				"spec.mode is ForcedOpen but the annotation fusebox.dev/forced-reason is not set: record who forced the circuit and why, so that it is not left open after the incident",
 			}),
 		Entry("none for ForcedOpen with who and why", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedOpen},
-			map[string]string{circuitbreaker.AnnotationForcedBy: "alice@example.com", circuitbreaker.AnnotationForcedReason: "INC-1234: provider outage"}, nil),
+			map[string]string{resiliencev1alpha1.AnnotationForcedBy: "alice@example.com", resiliencev1alpha1.AnnotationForcedReason: "INC-1234: provider outage"}, nil),
 		Entry("ForcedClosed, nobody said who", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedClosed},
-			map[string]string{circuitbreaker.AnnotationForcedReason: "load test"}, []string{
+			map[string]string{resiliencev1alpha1.AnnotationForcedReason: "load test"}, []string{
 				"spec.mode is ForcedClosed but the annotation fusebox.dev/forced-by is not set: record who forced the circuit and why, so that it is not left closed after the incident",
 			}),
 		Entry("several at once, in a fixed order", resiliencev1alpha1.CircuitBreakerSpec{MinimumThroughput: ptr.To[int32](3), OpenTimeout: duration("2s"), HalfOpenPermittedCalls: ptr.To[int32](4)}, nil, []string{

@@ -36,7 +36,7 @@ func pod(ns string, annotations map[string]string, containers ...corev1.Containe
 	}
 }
 
-var inject = map[string]string{podinject.AnnotationInject: "true"}
+var inject = map[string]string{resiliencev1alpha1.AnnotationInject: "true"}
 
 // injected says whether the container got the mount and all three variables.
 func injected(c corev1.Container) bool {
@@ -52,13 +52,13 @@ func injected(c corev1.Container) bool {
 			env[e.Name] = e.Value
 		}
 	}
-	return mounted && env[podinject.EnvConfigDir] == podinject.MountPath &&
-		env[podinject.EnvPodName] == "fieldRef:metadata.name" && env[podinject.EnvNamespace] == "fieldRef:metadata.namespace"
+	return mounted && env[breakerconfig.EnvConfigDir] == podinject.MountPath &&
+		env[breakerconfig.EnvPodName] == "fieldRef:metadata.name" && env[breakerconfig.EnvNamespace] == "fieldRef:metadata.namespace"
 }
 
 func hasVolume(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
-		return v.Name == podinject.VolumeName && v.ConfigMap != nil && v.ConfigMap.Name == resiliencev1alpha1.ConfigMapName &&
+		return v.Name == podinject.VolumeName && v.ConfigMap != nil && v.ConfigMap.Name == breakerconfig.ConfigMapName &&
 			v.ConfigMap.Optional != nil && *v.ConfigMap.Optional
 	})
 }
@@ -133,7 +133,7 @@ var _ = Describe("Pod injection", func() {
 
 	It("warns about an annotation value other than true", func() {
 		cl, w := warningClient()
-		p := pod(ns, map[string]string{podinject.AnnotationInject: "yes"})
+		p := pod(ns, map[string]string{resiliencev1alpha1.AnnotationInject: "yes"})
 		Expect(cl.Create(ctx, p)).To(Succeed())
 		Expect(w.take()).To(Equal([]string{`fusebox: annotation fusebox.dev/inject is "yes"; only "true" injects the breaker configuration, so nothing was injected`}))
 		Expect(p.Spec.Volumes).To(BeEmpty())
@@ -183,7 +183,7 @@ var _ = Describe("Pod injection", func() {
 			DeferCleanup(func() { _ = k8sClient.Delete(ctx, p) })
 			Expect(p.Spec.Volumes).To(BeEmpty(), "pod in %s", system)
 		}
-		labelled := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-off-", Labels: map[string]string{"fusebox.dev/injection": "disabled"}}}
+		labelled := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-off-", Labels: map[string]string{resiliencev1alpha1.LabelInjection: "disabled"}}}
 		Expect(k8sClient.Create(ctx, labelled)).To(Succeed())
 		DeferCleanup(func() { _ = k8sClient.Delete(ctx, labelled) })
 		p := pod(labelled.Name, inject)
@@ -244,7 +244,7 @@ var _ = Describe("Pod injection", func() {
 		doc, err := breakerconfig.Marshal(breakerconfig.FromPolicy("payments", 1, policy, breakerconfig.ScopePod))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8sClient.Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: resiliencev1alpha1.ConfigMapName, Namespace: ns},
+			ObjectMeta: metav1.ObjectMeta{Name: breakerconfig.ConfigMapName, Namespace: ns},
 			Data:       map[string]string{"payments.json": string(doc)},
 		})).To(Succeed())
 

@@ -28,14 +28,13 @@ import (
 
 	"github.com/fusebox-dev/fusebox/internal/localcluster"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 const (
-	repoRoot = "../.."
-	// configMapName is the rendered config's ConfigMap (DESIGN.md §1).
-	configMapName = "fusebox-breakers"
-	namespace     = "fleet"
+	repoRoot  = "../.."
+	namespace = "fleet"
 	// mainBreaker is the CircuitBreaker every scenario but the heap one uses.
 	mainBreaker = "fleet"
 	// quietFor is how long no counted write may be seen, and no pod may have a
@@ -443,7 +442,7 @@ func (h *harness) patchSpec(name, patch string) error {
 // waitPublished waits until the ConfigMap carries every named breaker.
 func (h *harness) waitPublished(names []string, deadline time.Time) error {
 	for {
-		cm, err := h.cs.CoreV1().ConfigMaps(namespace).Get(h.ctx, configMapName, metav1.GetOptions{})
+		cm, err := h.cs.CoreV1().ConfigMaps(namespace).Get(h.ctx, breakerconfig.ConfigMapName, metav1.GetOptions{})
 		missing := 0
 		if err == nil {
 			for _, n := range names {

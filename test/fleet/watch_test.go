@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // The kinds whose writes the harness counts: each ADDED, MODIFIED or DELETED
@@ -21,12 +23,12 @@ import (
 const (
 	kindCircuitBreaker = "CircuitBreaker"
 	kindConfigMap      = "ConfigMap"
-	kindBreakerReport  = "BreakerReport"
+	kindBreakerReport  = breakerconfig.ReportKind
 )
 
 var (
-	circuitBreakersGVR = schema.GroupVersionResource{Group: "resilience.fusebox.dev", Version: "v1alpha1", Resource: "circuitbreakers"}
-	breakerReportsGVR  = schema.GroupVersionResource{Group: "resilience.fusebox.dev", Version: "v1alpha1", Resource: "breakerreports"}
+	circuitBreakersGVR = schema.GroupVersionResource{Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: "circuitbreakers"}
+	breakerReportsGVR  = schema.GroupVersionResource{Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: breakerconfig.ReportResource}
 	configMapsGVR      = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 )
 

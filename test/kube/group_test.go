@@ -90,7 +90,7 @@ func TestGroupReport(t *testing.T) {
 			_ = g.Execute(ctx, key(i), ok)
 		}
 	}
-	time.Sleep(2500 * time.Millisecond) // two of the agent's scans for new keys
+	time.Sleep(2500 * time.Millisecond) // two of the writer's re-reads of Group summaries
 	idle(t, in.agent)
 	if got := in.agent.Stats().Writes; got != writes {
 		t.Errorf("%d report writes for calls that changed no summary", got-writes)

@@ -18,6 +18,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
@@ -66,7 +67,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	quietUntil := time.Now().Add(steadyQuiet)
 
 	var cm corev1.ConfigMap
-	key := client.ObjectKey{Namespace: ns, Name: resiliencev1alpha1.ConfigMapName}
+	key := client.ObjectKey{Namespace: ns, Name: breakerconfig.ConfigMapName}
 	if err := k8sClient.Get(context.Background(), key, &cm); err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,7 @@ func render(t *testing.T, name string, gen int64, p breaker.Policy, scope string
 func writeConfigMap(t *testing.T, ns string, data map[string]string) {
 	t.Helper()
 	ctx := context.Background()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resiliencev1alpha1.ConfigMapName}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: breakerconfig.ConfigMapName}}
 	err := k8sClient.Get(ctx, client.ObjectKeyFromObject(cm), cm)
 	switch {
 	case apierrors.IsNotFound(err):

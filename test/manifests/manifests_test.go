@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -74,14 +76,15 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 
 	var ns corev1.Namespace
 	find(t, objs, "Namespace", "fusebox-system", &ns)
-	for _, name := range []string{"circuitbreakers.resilience.fusebox.dev", "breakerreports.resilience.fusebox.dev"} {
+	reportsCRD := breakerconfig.ReportResource + "." + breakerconfig.Group
+	for _, name := range []string{"circuitbreakers." + breakerconfig.Group, reportsCRD} {
 		var crd unstructured.Unstructured
 		find(t, objs, "CustomResourceDefinition", name, &crd.Object)
 	}
 	var reports apiextensionsv1.CustomResourceDefinition
-	find(t, objs, "CustomResourceDefinition", "breakerreports.resilience.fusebox.dev", &reports)
-	if n := reports.Spec.Names; reports.Spec.Scope != apiextensionsv1.NamespaceScoped || n.Kind != "BreakerReport" ||
-		n.Plural != "breakerreports" || !slices.Equal(n.ShortNames, []string{"brep"}) || !slices.Equal(n.Categories, []string{"fusebox"}) {
+	find(t, objs, "CustomResourceDefinition", reportsCRD, &reports)
+	if n := reports.Spec.Names; reports.Spec.Scope != apiextensionsv1.NamespaceScoped || n.Kind != breakerconfig.ReportKind ||
+		n.Plural != breakerconfig.ReportResource || !slices.Equal(n.ShortNames, []string{"brep"}) || !slices.Equal(n.Categories, []string{"fusebox"}) {
 		t.Errorf("BreakerReport CRD: scope %s names %+v, want namespaced BreakerReport/breakerreports, short name brep, category fusebox", reports.Spec.Scope, n)
 	}
 
@@ -98,14 +101,14 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	}
 	// The operator reads and prunes reports, and never writes one; it may change or delete
 	// no ConfigMap but the one it publishes (create cannot be narrowed by name).
-	if got, want := grants(role.Rules, "resilience.fusebox.dev", "breakerreports"), map[string][]string{
+	if got, want := grants(role.Rules, breakerconfig.Group, breakerconfig.ReportResource), map[string][]string{
 		"get": nil, "list": nil, "watch": nil, "delete": nil,
 	}; !reflect.DeepEqual(got, want) {
 		t.Errorf("manager role on breakerreports: %v, want %v", got, want)
 	}
 	if got, want := grants(role.Rules, "", "configmaps"), map[string][]string{
 		"list": nil, "watch": nil, "create": nil,
-		"get": {"fusebox-breakers"}, "update": {"fusebox-breakers"}, "delete": {"fusebox-breakers"},
+		"get": {breakerconfig.ConfigMapName}, "update": {breakerconfig.ConfigMapName}, "delete": {breakerconfig.ConfigMapName},
 	}; !reflect.DeepEqual(got, want) {
 		t.Errorf("manager role on configmaps: %v, want %v", got, want)
 	}
@@ -144,8 +147,8 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	if vap.Namespace != "" || vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
 		t.Errorf("policy: namespace %q failurePolicy %v, want cluster-scoped and Fail", vap.Namespace, vap.Spec.FailurePolicy)
 	}
-	if rules := vap.Spec.MatchConstraints.ResourceRules; len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"breakerreports"}) ||
-		!slices.Equal(rules[0].APIGroups, []string{"resilience.fusebox.dev"}) {
+	if rules := vap.Spec.MatchConstraints.ResourceRules; len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{breakerconfig.ReportResource}) ||
+		!slices.Equal(rules[0].APIGroups, []string{breakerconfig.Group}) {
 		t.Errorf("policy matches %+v, want breakerreports only", rules)
 	}
 	var vapBinding admissionregistrationv1.ValidatingAdmissionPolicyBinding

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 // The BreakerReport resource: one per pod, named after the pod and owned by it,
@@ -68,8 +70,10 @@ type KeySummary struct {
 	Worst []string `json:"worst,omitempty"`
 }
 
-// MaxWorstKeys bounds KeySummary.Worst.
-const MaxWorstKeys = 5
+// MaxWorstKeys bounds KeySummary.Worst: what a Group's summary holds
+// (breaker.GroupSummary.Worst). The BreakerReport schema's maxItems spells it
+// again; a test of api/v1alpha1 holds the two together.
+const MaxWorstKeys = breaker.SummaryWorstKeys
 
 // Time is a timestamp written in RFC 3339 with exactly three fractional digits,
 // so that equal times are equal strings and a fleet's shared open period does

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -38,6 +39,10 @@ type applier struct {
 	synced   bool                   // guarded by mu: a first config has been applied
 	breakers map[string]*configured // guarded by mu: by breaker name
 	seen     int                    // guarded by mu: breakers of reg at the last reconcile
+
+	// created is 1-buffered: the registry created a breaker or Group since the last
+	// reconcile. One pending wake-up is enough; reconcile finds every new one.
+	created chan struct{}
 
 	applies, adoptions atomic.Int64
 }
@@ -119,23 +124,38 @@ func parse(name, doc string) (breakerconfig.Config, error) {
 	return cfg, nil
 }
 
-// reconcile catches up with breakers the application created since the last call: they
-// adopt the current fleet verdict and start being reported. The registry has no hook for
-// creation, so this runs on a slow local tick (no API traffic unless something changed).
+// announced is the registry's creation hook. It wakes followCreations and never waits for
+// mu: the Get that created the breaker may come from an observer that apply, holding mu,
+// is delivering a transition to.
+func (a *applier) announced(string) {
+	select {
+	case a.created <- struct{}{}:
+	default:
+	}
+}
+
+// followCreations reconciles after the registry creates breakers or Groups, until ctx
+// ends.
+func (a *applier) followCreations(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.created:
+			a.reconcile()
+		}
+	}
+}
+
+// reconcile catches up with breakers and Groups the application created since the last
+// call: they adopt the current fleet verdict and start being reported.
 func (a *applier) reconcile() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.synced {
-		return
-	}
-	// Breakers and Groups are never removed from a registry, so a count that did not move
-	// means no new ones.
-	if a.registered() == a.seen {
-		if a.rep != nil && len(a.reg.GroupNames()) > 0 {
-			// A Group's keys come and go without a transition (created on first use,
-			// evicted when idle): look again, writing only if its summary changed.
-			a.rep.flush()
-		}
+	// Before the first config, apply reconciles every breaker there is by then. Breakers
+	// and Groups are never removed from a registry, so a count that did not move means no
+	// new ones.
+	if !a.synced || a.registered() == a.seen {
 		return
 	}
 	a.reconcileLocked()

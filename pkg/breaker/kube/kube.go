@@ -113,11 +113,6 @@ func (a *Agent) Stats() Stats {
 	return s
 }
 
-// newBreakerScan is how often the agent looks for breakers the application created, to
-// adopt their fleet verdict and report them. The registry has no creation hook; this is a
-// read of local memory, with no API traffic unless a new breaker turns up.
-var newBreakerScan = time.Second
-
 // Start connects a new breaker registry to the cluster and returns it: see [StartAgent].
 // Use StartAgent to be able to wait for its goroutines to stop, or to read its counters.
 func Start(ctx context.Context, o Options) (*breaker.Registry, error) {
@@ -138,9 +133,9 @@ func Start(ctx context.Context, o Options) (*breaker.Registry, error) {
 // Registry.Get) are reported: there is no CircuitBreaker for the others, and a pod does
 // not speak for breakers it does not use. The first report of a breaker is written after
 // the first config is applied, so that a pod starting while its fleet's verdict is Open
-// reports Open rather than a fresh Closed. The registry tells nobody when it creates a
-// breaker, so one created after the config arrived is noticed within a second: it adopts
-// the fleet verdict and is reported then.
+// reports Open rather than a fresh Closed. A breaker created after the config arrived
+// adopts the fleet verdict and is reported as soon as the registry announces it
+// ([breaker.Registry.OnCreate]), moments after the Get that created it.
 func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 	log := o.Logger
 	if log == nil {
@@ -184,7 +179,8 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: default policy: %w", err)
 	}
-	ap := &applier{reg: reg, rep: rep, log: log}
+	ap := &applier{reg: reg, rep: rep, log: log, created: make(chan struct{}, 1)}
+	reg.OnCreate(ap.announced)
 	a := &Agent{reg: reg, applier: ap, rep: rep, done: make(chan struct{})}
 
 	var wg sync.WaitGroup
@@ -211,18 +207,7 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 		}
 		log.Info("Not reporting breaker states", "why", why, "dir", o.ConfigDir)
 	}
-	wg.Go(func() {
-		t := time.NewTicker(newBreakerScan)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				ap.reconcile()
-			}
-		}
-	})
+	wg.Go(func() { ap.followCreations(ctx) })
 	go func() {
 		wg.Wait()
 		if hc != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Defaults of the options.
@@ -82,7 +83,7 @@ func DefaultApplication() string {
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 func podNamespace() string {
-	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+	if ns := os.Getenv(breakerconfig.EnvNamespace); ns != "" {
 		return ns
 	}
 	b, err := os.ReadFile(serviceAccountNamespace)

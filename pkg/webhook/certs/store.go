@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // fieldManager names Fusebox's certificate code in the managedFields of what
@@ -50,8 +50,8 @@ func (s secretStore) put(ctx context.Context, cur *corev1.Secret, data map[strin
 				Name:      s.name,
 				Namespace: s.namespace,
 				Labels: map[string]string{
-					resiliencev1alpha1.ManagedByLabel: resiliencev1alpha1.ManagedByValue,
-					"app.kubernetes.io/component":     "webhook",
+					breakerconfig.ManagedByLabel:  breakerconfig.ManagedByValue,
+					"app.kubernetes.io/component": "webhook",
 				},
 			},
 			Type: corev1.SecretTypeTLS,

@@ -8,19 +8,6 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
 
-// Annotations that record who forced a breaker's circuit and why. A CircuitBreaker
-// in mode ForcedOpen or ForcedClosed without both (non-blank) gets a warning:
-// a circuit held by hand outlives the incident that made someone hold it unless
-// the object says whom to ask.
-const (
-	// AnnotationForcedBy names who forced the circuit: a person, a team, a
-	// runbook or an automation ("alice@example.com", "incident-bot").
-	AnnotationForcedBy = "fusebox.dev/forced-by"
-	// AnnotationForcedReason says why, ideally with a link ("INC-1234: payments
-	// provider outage").
-	AnnotationForcedReason = "fusebox.dev/forced-reason"
-)
-
 // LowMinimumThroughput is the minimumThroughput under which a breaker is
 // warned to open on thin evidence.
 const LowMinimumThroughput = 5
@@ -44,8 +31,8 @@ const (
 //     measure a failure rate;
 //   - halfOpenPermittedCalls above minimumThroughput: a half-open circuit sends
 //     more probes at once than a closed one needs to judge;
-//   - mode ForcedOpen or ForcedClosed without AnnotationForcedBy and
-//     AnnotationForcedReason;
+//   - mode ForcedOpen or ForcedClosed without the annotations
+//     resiliencev1alpha1.AnnotationForcedBy and AnnotationForcedReason;
 //   - slowCallDuration under ShortSlowCallDuration or over LongSlowCallDuration;
 //   - slowCallRatePercent other than its default with no slowCallDuration,
 //     where it judges nothing;
@@ -69,7 +56,7 @@ func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
 	}
 	if s.Mode == resiliencev1alpha1.ModeForcedOpen || s.Mode == resiliencev1alpha1.ModeForcedClosed {
 		var missing []string
-		for _, a := range []string{AnnotationForcedBy, AnnotationForcedReason} {
+		for _, a := range []string{resiliencev1alpha1.AnnotationForcedBy, resiliencev1alpha1.AnnotationForcedReason} {
 			if strings.TrimSpace(cb.Annotations[a]) == "" {
 				missing = append(missing, a)
 			}

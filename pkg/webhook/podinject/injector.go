@@ -15,25 +15,18 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Path is where the webhook is served.
 const Path = "/mutate-v1-pod"
 
-// AnnotationInject asks for injection when its value is "true".
-const AnnotationInject = "fusebox.dev/inject"
-
-// What is injected. The environment names are the ones pkg/breaker/kube reads,
-// defined once in breakerconfig.
+// What is injected: the volume and where it is mounted. The environment names
+// are the ones pkg/breaker/kube reads, breakerconfig's Env constants.
 const (
 	VolumeName = "fusebox-breakers"
 	MountPath  = "/etc/fusebox"
-
-	EnvConfigDir = breakerconfig.EnvConfigDir
-	EnvPodName   = breakerconfig.EnvPodName
-	EnvPodUID    = breakerconfig.EnvPodUID
-	EnvNamespace = breakerconfig.EnvNamespace
 )
 
 // The pod webhook fails open and runs only for pods that carry the annotation
@@ -66,12 +59,12 @@ func (Injector) Handle(_ context.Context, req admission.Request) admission.Respo
 	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("fusebox pod injection: cannot decode the pod: %w", err))
 	}
-	switch v, ok := pod.Annotations[AnnotationInject]; {
+	switch v, ok := pod.Annotations[resiliencev1alpha1.AnnotationInject]; {
 	case !ok || v == "false":
 		return admission.Allowed("")
 	case v != "true":
 		return admission.Allowed("").WithWarnings(fmt.Sprintf(
-			"fusebox: annotation %s is %s; only \"true\" injects the breaker configuration, so nothing was injected", AnnotationInject, strconv.Quote(v)))
+			"fusebox: annotation %s is %s; only \"true\" injects the breaker configuration, so nothing was injected", resiliencev1alpha1.AnnotationInject, strconv.Quote(v)))
 	}
 	if len(pod.Spec.Containers) == 0 {
 		// Not a pod the API server would accept; leave the refusal to it, and
@@ -183,10 +176,10 @@ func injectedEnv() []corev1.EnvVar {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: fieldPath}}
 	}
 	return []corev1.EnvVar{
-		{Name: EnvConfigDir, Value: MountPath},
-		{Name: EnvPodName, ValueFrom: fieldRef("metadata.name")},
-		{Name: EnvNamespace, ValueFrom: fieldRef("metadata.namespace")},
-		{Name: EnvPodUID, ValueFrom: fieldRef("metadata.uid")},
+		{Name: breakerconfig.EnvConfigDir, Value: MountPath},
+		{Name: breakerconfig.EnvPodName, ValueFrom: fieldRef("metadata.name")},
+		{Name: breakerconfig.EnvNamespace, ValueFrom: fieldRef("metadata.namespace")},
+		{Name: breakerconfig.EnvPodUID, ValueFrom: fieldRef("metadata.uid")},
 	}
 }
 

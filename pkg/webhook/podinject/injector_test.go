@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 var podKind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
@@ -92,7 +92,7 @@ func asStored(p *corev1.Pod) {
 func annotated(containers ...corev1.Container) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "shop", Annotations: map[string]string{AnnotationInject: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "shop", Annotations: map[string]string{resiliencev1alpha1.AnnotationInject: "true"}},
 		Spec:       corev1.PodSpec{Containers: containers},
 	}
 }
@@ -129,7 +129,7 @@ func TestInjectsAndIsIdempotent(t *testing.T) {
 	}
 	got := decodePod(t, out)
 	if len(got.Spec.Volumes) != 2 || got.Spec.Volumes[0].Name != "data" ||
-		got.Spec.Volumes[1].ConfigMap == nil || got.Spec.Volumes[1].ConfigMap.Name != "fusebox-breakers" ||
+		got.Spec.Volumes[1].ConfigMap == nil || got.Spec.Volumes[1].ConfigMap.Name != breakerconfig.ConfigMapName ||
 		got.Spec.Volumes[1].ConfigMap.Optional == nil || !*got.Spec.Volumes[1].ConfigMap.Optional {
 		t.Errorf("volumes: %+v", got.Spec.Volumes)
 	}
@@ -142,9 +142,9 @@ func TestInjectsAndIsIdempotent(t *testing.T) {
 	if e := got.Spec.Containers[0].Env; e[0].Name != "LOG_LEVEL" || len(e) != 5 {
 		t.Errorf("app env %+v: want LOG_LEVEL first, then Fusebox's four", e)
 	}
-	// Spelled out rather than read from injectedEnv: what the downward API must give
+	// Named here rather than read from injectedEnv: what the downward API must give
 	// pkg/breaker/kube, the pod's UID included (its report is owned by its Pod).
-	for name, path := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"} {
+	for name, path := range map[string]string{breakerconfig.EnvPodName: "metadata.name", breakerconfig.EnvNamespace: "metadata.namespace", breakerconfig.EnvPodUID: "metadata.uid"} {
 		i := slices.IndexFunc(got.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == name })
 		if i < 0 {
 			t.Errorf("app env has no %s", name)
@@ -201,7 +201,7 @@ func TestKeepsWhatThePodHas(t *testing.T) {
 	if len(app.VolumeMounts) != 1 || app.VolumeMounts[0].Name != "custom" {
 		t.Errorf("app mounts %+v: want only its own", app.VolumeMounts)
 	}
-	if e := app.Env; len(e) != 4 || e[0].Value != "fixed" || e[1].Name != "POD_NAMESPACE" || e[2].Name != "FUSEBOX_CONFIG_DIR" || e[3].Name != "POD_UID" {
+	if e := app.Env; len(e) != 4 || e[0].Value != "fixed" || e[1].Name != breakerconfig.EnvNamespace || e[2].Name != breakerconfig.EnvConfigDir || e[3].Name != breakerconfig.EnvPodUID {
 		t.Errorf("app env %+v: want its POD_NAME and POD_NAMESPACE kept, FUSEBOX_CONFIG_DIR and POD_UID added", e)
 	}
 	worker := got.Spec.Containers[1]
@@ -226,9 +226,9 @@ func TestAnnotation(t *testing.T) {
 		warning     string
 	}{
 		{nil, false, ""},
-		{map[string]string{AnnotationInject: "false"}, false, ""},
-		{map[string]string{AnnotationInject: "yes"}, false, `fusebox: annotation fusebox.dev/inject is "yes"; only "true" injects the breaker configuration, so nothing was injected`},
-		{map[string]string{AnnotationInject: "true"}, true, ""},
+		{map[string]string{resiliencev1alpha1.AnnotationInject: "false"}, false, ""},
+		{map[string]string{resiliencev1alpha1.AnnotationInject: "yes"}, false, `fusebox: annotation fusebox.dev/inject is "yes"; only "true" injects the breaker configuration, so nothing was injected`},
+		{map[string]string{resiliencev1alpha1.AnnotationInject: "true"}, true, ""},
 	} {
 		pod := annotated(corev1.Container{Name: "app", Image: "app"})
 		pod.Annotations = tc.annotations
@@ -295,18 +295,8 @@ func TestServeHTTPGarbage(t *testing.T) {
 }
 
 // The names the webhook injects are breakerconfig's, the one owner of the names the
-// operator and the pods share, which pkg/breaker/kube reads too.
+// operator and the pods share, which pkg/breaker/kube reads.
 func TestEnvironmentNamesAreBreakerconfigs(t *testing.T) {
-	for _, tc := range []struct{ injected, shared, read string }{
-		{EnvConfigDir, breakerconfig.EnvConfigDir, kube.EnvConfigDir},
-		{EnvPodName, breakerconfig.EnvPodName, kube.EnvPodName},
-		{EnvNamespace, breakerconfig.EnvNamespace, kube.EnvNamespace},
-		{EnvPodUID, breakerconfig.EnvPodUID, kube.EnvPodUID},
-	} {
-		if tc.injected != tc.shared || tc.read != tc.shared {
-			t.Errorf("injected %s, breakerconfig says %s, pkg/breaker/kube reads %s", tc.injected, tc.shared, tc.read)
-		}
-	}
 	var names []string
 	for _, e := range injectedEnv() {
 		names = append(names, e.Name)

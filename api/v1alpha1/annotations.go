@@ -1,0 +1,34 @@
+package v1alpha1
+
+// The annotations and labels Fusebox reads or writes, on CircuitBreakers, Pods and
+// Namespaces. This file is their one definition; the webhooks, the controller and the
+// plugin import them from here. (The wire names between the operator and the pods are
+// pkg/breaker/breakerconfig's.)
+const (
+	// AnnotationOverriddenBy names who set spec.override, as the API server
+	// authenticated them. The mutating webhook writes it; a value a client writes
+	// is replaced.
+	AnnotationOverriddenBy = "fusebox.dev/overridden-by"
+
+	// AnnotationForcedBy names who forced a CircuitBreaker's circuit (mode
+	// ForcedOpen or ForcedClosed): a person, a team, a runbook or an automation
+	// ("alice@example.com", "incident-bot").
+	AnnotationForcedBy = "fusebox.dev/forced-by"
+	// AnnotationForcedReason says why, ideally with a link ("INC-1234: payments
+	// provider outage"). The validating webhook warns about a forced circuit
+	// without both: a circuit held by hand outlives the incident that made
+	// someone hold it unless the object says whom to ask.
+	AnnotationForcedReason = "fusebox.dev/forced-reason"
+
+	// AnnotationInject on a Pod asks the pod-injection webhook to wire it to
+	// its breakers' configuration, when its value is "true".
+	AnnotationInject = "fusebox.dev/inject"
+	// LabelInjection set to "disabled" on a Namespace keeps the pod-injection
+	// webhook out of it.
+	//
+	// The pod webhook's matchConditions and namespaceSelector, a kubebuilder
+	// marker in pkg/webhook/podinject, spell these two again (a marker cannot
+	// name a constant); pkg/webhook's envtest suite, which serves the generated
+	// configuration, fails if they part.
+	LabelInjection = "fusebox.dev/injection"
+)

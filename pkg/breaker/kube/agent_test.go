@@ -1,0 +1,55 @@
+package kube
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// TestLateBreakerAdoptsAtOnce: a breaker the application creates after the config arrived
+// is reconciled as soon as the registry announces it: it adopts its fleet verdict within
+// moments of the Get that created it, where a scan of the registry would leave it closed
+// until the scan's next tick.
+func TestLateBreakerAdoptsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	c := breakerconfig.FromPolicy("payments", 1, breaker.DefaultPolicy(), breakerconfig.ScopeFleet)
+	c.Verdict = &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Now().Add(-time.Second), ConsecutiveOpens: 1,
+		OpenTimeout: breakerconfig.Duration(time.Hour)}
+	doc, err := breakerconfig.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, breakerconfig.Key("payments")), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := StartAgent(ctx, Options{ConfigDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-a.Done() }()
+	for deadline := time.Now().Add(10 * time.Second); a.Stats().ConfigApplies == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the config was never applied")
+		}
+	}
+
+	created := time.Now()
+	b := a.Registry().Get("payments")
+	for b.State() != breaker.Open {
+		if time.Since(created) > 250*time.Millisecond {
+			t.Fatalf("payments is %v %v after it was created, want the fleet's Open verdict adopted at once", b.State(), time.Since(created))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := a.Stats().Adoptions; n != 1 {
+		t.Errorf("%d adoptions, want 1", n)
+	}
+}

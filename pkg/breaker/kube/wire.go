@@ -1,0 +1,123 @@
+package kube
+
+import (
+	"math"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// breakerReports is the resource the reporter writes: one object per pod.
+var breakerReports = schema.GroupVersionResource{
+	Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: breakerconfig.ReportResource,
+}
+
+// FieldManager is the server-side apply field manager of every pod's report. It owns
+// every entry, so that an entry or field the pod stops setting is removed.
+const FieldManager = "fusebox-pod"
+
+// maxConfigError leaves room under the schema's bound on configError.
+const maxConfigError = breakerconfig.MaxConfigErrorSize - 24
+
+// report is the applied object: a BreakerReport as the pod writes it.
+type report struct {
+	APIVersion string                      `json:"apiVersion"`
+	Kind       string                      `json:"kind"`
+	Metadata   reportMeta                  `json:"metadata"`
+	Breakers   []breakerconfig.ReportEntry `json:"breakers"`
+}
+
+type reportMeta struct {
+	Name            string                  `json:"name"`
+	Namespace       string                  `json:"namespace"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
+}
+
+func (r *reporter) reportObject(uid types.UID, names []string, ms []member) report {
+	rep := report{
+		APIVersion: breakerReports.GroupVersion().String(),
+		Kind:       breakerconfig.ReportKind,
+		Metadata: reportMeta{
+			Name:      r.pod,
+			Namespace: r.namespace,
+			// The garbage collector deletes the report with its pod; the admission policy
+			// checks that a pod names itself here.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: r.pod, UID: uid}},
+		},
+		Breakers: make([]breakerconfig.ReportEntry, len(names)),
+	}
+	for i, name := range names {
+		rep.Breakers[i] = reportEntry(name, ms[i])
+	}
+	return rep
+}
+
+// reportEntry is m as the report spells it.
+func reportEntry(name string, m member) breakerconfig.ReportEntry {
+	e := breakerconfig.ReportEntry{
+		Name:             name,
+		State:            wireState(m.state),
+		Since:            breakerconfig.NewTime(m.since),
+		Reason:           m.reason,
+		ConfigGeneration: m.generation,
+		ConfigError:      m.configErr,
+	}
+	if m.calls > 0 {
+		calls := m.calls
+		e.Calls, e.FailureRatePercent = &calls, percent(m.failures, m.calls)
+		if m.slowJudged {
+			e.SlowCallRatePercent = percent(m.slow, m.calls)
+		}
+	}
+	e.Trigger = m.trigger
+	if m.consecutiveOpens > 0 {
+		e.ConsecutiveOpens = m.consecutiveOpens
+		if m.openTimeout > 0 {
+			d := breakerconfig.Duration(m.openTimeout)
+			e.OpenTimeout = &d
+		}
+	}
+	if m.group {
+		e.Keys = &breakerconfig.KeySummary{Keys: m.keys, Open: m.open, HalfOpen: m.halfOpen}
+		if m.nWorst > 0 {
+			e.Keys.Worst = slices.Clone(m.worst[:m.nWorst])
+		}
+	}
+	return e
+}
+
+// percent is n of total in whole percent, rounded.
+func percent(n, total int64) *int32 {
+	rate := int32(math.Round(100 * float64(min(n, total)) / float64(total)))
+	return &rate
+}
+
+func wireState(s breaker.State) string {
+	switch s {
+	case breaker.Open:
+		return breakerconfig.StateOpen
+	case breaker.HalfOpen:
+		return breakerconfig.StateHalfOpen
+	}
+	return breakerconfig.StateClosed
+}
+
+// wireTime is t as the report carries it: to the millisecond.
+func wireTime(t time.Time) time.Time { return breakerconfig.NewTime(t).Time }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

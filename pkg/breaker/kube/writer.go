@@ -1,0 +1,149 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// writeBackoff paces the retries of a failed write: exponential and capped, so a pod that
+// was cut off for a minute reports within a few seconds of the server's return without
+// hammering it meanwhile: 100 ms, doubling, 5 s at most.
+var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 5 * time.Second}
+
+// refusedBackoff paces the retries of a report the server refuses: at the cap from the
+// first, since the refusal lasts until somebody lifts it (a CRD upgraded, a policy
+// fixed), and the report must not be lost meanwhile.
+var refusedBackoff = wait.Backoff{Duration: writeBackoff.Cap}
+
+// writeTimeout bounds one write, so that a server that accepts the connection and never
+// answers is retried like one that refuses it.
+const writeTimeout = 10 * time.Second
+
+// run is the writer: it waits to be woken, writes the report if it changed, and on
+// failure backs off and tries again with whatever the entries hold by then. While the
+// report holds a Group it also wakes every groupRefreshInterval to re-read the Group's
+// summary. It returns when ctx ends.
+func (r *reporter) run(ctx context.Context) {
+	retry := writeBackoff
+	var failing string // the error of the current run of failures, logged once
+	var groups groupRefresh
+	defer groups.stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-groups.tick(r.reportsGroups()):
+		}
+		for {
+			names, ms, dirty := r.pending()
+			if !dirty {
+				break
+			}
+			err := r.write(ctx, names, ms)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				r.writes.Add(1)
+				r.lastErr.Store(nil)
+				r.markWritten(names, ms)
+				if failing != "" {
+					r.log.Info("Breaker report written again after failures", "report", r.pod)
+					failing = ""
+				}
+				retry = writeBackoff
+				continue
+			}
+			r.failures.Add(1)
+			msg := err.Error()
+			r.lastErr.Store(&msg)
+			refused := refusal(err)
+			if refused {
+				r.rejected.Add(1)
+			}
+			if msg != failing {
+				// Once per distinct error, not once per retry.
+				if refused {
+					r.log.Error("The API server refused this pod's breaker report; retrying with backoff", "report", r.pod, "error", err)
+				} else {
+					r.log.Warn("Cannot write this pod's breaker report; retrying with backoff", "report", r.pod, "error", err)
+				}
+				failing = msg
+			}
+			if refused {
+				retry = refusedBackoff
+			}
+			t := time.NewTimer(retry.Step())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// refusal reports whether err is the API server refusing the report itself (its schema,
+// the admission policy, RBAC, no such resource), rather than being unreachable or busy.
+func refusal(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
+		apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err)
+}
+
+// write applies the whole report: the entries of names, owned by this pod's Pod. One
+// field manager owns every entry, so server-side apply removes the entries and fields the
+// pod no longer sets (a breaker no longer published, a cleared configError).
+func (r *reporter) write(ctx context.Context, names []string, ms []member) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	uid, err := r.ownerUID(ctx)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(r.reportObject(uid, names, ms))
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = r.reports.Namespace(r.namespace).Patch(ctx, r.pod, types.ApplyPatchType, body, metav1.PatchOptions{
+		FieldManager: FieldManager,
+		Force:        &force,
+	})
+	return err
+}
+
+// ownerUID returns the UID of this pod's Pod: given in Options, or read once.
+func (r *reporter) ownerUID(ctx context.Context) (types.UID, error) {
+	r.mu.Lock()
+	uid := r.podUID
+	r.mu.Unlock()
+	if uid != "" {
+		return uid, nil
+	}
+	pod, err := r.pods.CoreV1().Pods(r.namespace).Get(ctx, r.pod, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("read Pod %s/%s for the UID its report is owned by (set %s to skip this): %w", r.namespace, r.pod, EnvPodUID, err)
+	}
+	r.mu.Lock()
+	r.podUID = pod.UID
+	r.mu.Unlock()
+	return pod.UID, nil
+}
+
+// lastError returns the last write error, or "".
+func (r *reporter) lastError() string {
+	if p := r.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
