@@ -175,7 +175,7 @@ func TestInstruments(t *testing.T) {
 	if v := value(t, got, "breaker.successes", name); v != 0 {
 		t.Errorf("successes gauge %v", v)
 	}
-	if v := value(t, got, "breaker.active_calls", name); v != 0 {
+	if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state=closed"); v != 0 {
 		t.Errorf("active calls %v", v)
 	}
 
@@ -200,8 +200,13 @@ func TestInstruments(t *testing.T) {
 	}()
 	<-started
 	got = h.collect()
-	if v := value(t, got, "breaker.active_calls", name); v != 1 {
+	// The probe is active in the state it was admitted in: half-open, after the open →
+	// half-open move its own admission made.
+	if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state=half_open"); v != 1 {
 		t.Errorf("active calls during the probe %v, want 1", v)
+	}
+	if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state=closed"); v != 0 {
+		t.Errorf("closed active calls during the probe %v, want 0", v)
 	}
 	if v := value(t, got, "breaker.state", name); v != 2 {
 		t.Errorf("state gauge %v, want 2 (half-open)", v)
@@ -230,8 +235,10 @@ func TestInstruments(t *testing.T) {
 	if v := value(t, got, "breaker.state", name); v != 0 {
 		t.Errorf("state gauge %v, want 0 (closed)", v)
 	}
-	if v := value(t, got, "breaker.active_calls", name); v != 0 {
-		t.Errorf("active calls %v", v)
+	for _, st := range []string{"closed", "half_open"} {
+		if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state="+st); v != 0 {
+			t.Errorf("%s active calls %v", st, v)
+		}
 	}
 
 	// A failure with a fallback.
@@ -355,6 +362,23 @@ func TestAdoptedTransitions(t *testing.T) {
 	}
 }
 
+// TestTripCountsOneTransition: Trip on an open circuit restarts its open period but is no
+// state change, so three Trips on a closed circuit count one transition.
+func TestTripCountsOneTransition(t *testing.T) {
+	h := newHarness(t)
+	for range 3 {
+		h.b.Trip()
+		h.clock.Advance(time.Second)
+	}
+	got := h.collect()
+	if pts := got["breaker.transitions"]; len(pts) != 1 {
+		t.Fatalf("transition series %v, want one", pts)
+	}
+	if v := value(t, got, "breaker.transitions", name, "circuit_breaker.from_state=closed", "circuit_breaker.to_state=open", "circuit_breaker.cause=trip"); v != 1 {
+		t.Errorf("transitions after three Trips = %v, want 1", v)
+	}
+}
+
 func TestClose(t *testing.T) {
 	h := newHarness(t)
 	_ = h.b.Execute(context.Background(), succeed)
@@ -445,7 +469,7 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("%v calls counted, want %d", total, 8*500)
 	}
 	for _, n := range []string{name, "circuit_breaker.name=other"} {
-		if v := value(t, got, "breaker.active_calls", n); v != 0 {
+		if v := value(t, got, "breaker.active_calls", n, "circuit_breaker.state=closed"); v != 0 {
 			t.Errorf("%s: %v active calls after all ended", n, v)
 		}
 	}
