@@ -579,10 +579,13 @@ func TestModes(t *testing.T) {
 		wantState(t, b, Open)
 		wantCounts(t, b, Counts{Calls: 3, Failures: 3})
 		clock.Advance(20 * time.Second)
-		b.Trip()
+		b.Trip() // restarts the open period, and is no transition
 		tr := rec.takeTransitions()
-		if len(tr) != 2 || tr[1].From != Open || tr[1].To != Open || tr[1].Cause != CauseTrip || tr[1].Period != 2 {
+		if len(tr) != 1 || tr[0].From != Closed || tr[0].To != Open || tr[0].Cause != CauseTrip || tr[0].Period != 1 {
 			t.Fatalf("transitions = %+v", tr)
+		}
+		if v := b.Verdict(); !v.Since.Equal(clock.Now()) || v.ConsecutiveOpens != 1 || v.OpenTimeout != 30*time.Second {
+			t.Fatalf("verdict after a restart %+v, want open since now for 30s", v)
 		}
 		clock.Advance(20 * time.Second)
 		wantState(t, b, Open)

@@ -36,6 +36,7 @@ type refModel struct {
 	lastProbe  int64 // mono
 
 	transitions []Transition
+	restarts    int // Trip on an open circuit
 }
 
 type refEvent struct {
@@ -241,10 +242,19 @@ func (m *refModel) finish(t refTicket, o Outcome, now instant) Outcome {
 	return o
 }
 
+// trip opens the circuit; on one already open (once time has had its say) it restarts the
+// open period, keeping its length, without a transition.
 func (m *refModel) trip(now instant) {
-	if !m.forced() {
-		m.to(Open, CauseTrip, m.counts(now), now, now)
+	if m.forced() {
+		return
 	}
+	m.advance(now)
+	if m.state == Open {
+		m.since, m.sinceMono, m.openedAt = now.wall, now.mono, now.wall
+		m.restarts++
+		return
+	}
+	m.to(Open, CauseTrip, m.counts(now), now, now)
 }
 
 func (m *refModel) update(p Policy, now instant) {
@@ -280,6 +290,22 @@ func (m *refModel) update(p Policy, now instant) {
 func (m *refModel) adopt(v Verdict, now instant) bool {
 	if m.forced() {
 		return false
+	}
+	// The verdict's open period counts only as far as the local policy's longest one, and
+	// its count of opens only as far as the first whose period is that long.
+	longest := m.p.OpenTimeout
+	if m.p.MaxOpenTimeout > longest {
+		longest = m.p.MaxOpenTimeout
+	}
+	if v.OpenTimeout > longest {
+		v.OpenTimeout = longest
+	}
+	reach := 1
+	for refPeriod(m.p, reach) < longest {
+		reach++
+	}
+	if v.ConsecutiveOpens > reach {
+		v.ConsecutiveOpens = reach
 	}
 	// A verdict from the future counts as reached now; one from the past is as old on the
 	// monotonic clock as it is on the wall clock.
@@ -381,7 +407,8 @@ func TestModel(t *testing.T) {
 			}
 			// The sequences must reach every rule, or the comparison says nothing about it.
 			t.Logf("reached: %+v", reached)
-			if reached.leakReopens == 0 || reached.slowTrips == 0 || reached.slowProbes == 0 || reached.backedOff == 0 || reached.adoptedPeriods == 0 {
+			if reached.leakReopens == 0 || reached.slowTrips == 0 || reached.slowProbes == 0 || reached.backedOff == 0 || reached.adoptedPeriods == 0 ||
+				reached.clampedPeriods == 0 || reached.tripRestarts == 0 {
 				t.Fatalf("some rule was never reached: %+v", reached)
 			}
 		})
@@ -396,6 +423,8 @@ type modelReach struct {
 	slowProbes     int // re-opened by a slow probe
 	backedOff      int // an open period longer than OpenTimeout
 	adoptedPeriods int // an open period taken from a verdict
+	clampedPeriods int // a verdict's open period cut to the policy's longest
+	tripRestarts   int // Trip on an open circuit: the period restarts, no transition
 }
 
 func (r *modelReach) add(o modelReach) {
@@ -404,6 +433,8 @@ func (r *modelReach) add(o modelReach) {
 	r.slowProbes += o.slowProbes
 	r.backedOff += o.backedOff
 	r.adoptedPeriods += o.adoptedPeriods
+	r.clampedPeriods += o.clampedPeriods
+	r.tripRestarts += o.tripRestarts
 }
 
 // runModelSequence runs one sequence and reports which rules it reached.
@@ -513,6 +544,10 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 				// Redis store's do.
 				v.ConsecutiveOpens = 1 + r.IntN(5)
 				v.OpenTimeout = time.Duration(1+r.IntN(20)) * time.Second
+				if r.IntN(8) == 0 {
+					// A verdict no policy here allows (§5.12): a century, a count past any backoff.
+					v.ConsecutiveOpens, v.OpenTimeout = 1<<40, 876000*time.Hour
+				}
 			}
 			switch r.IntN(4) {
 			case 0:
@@ -526,6 +561,9 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 				v.Since = clock.Now()
 			}
 			got, want := b.Adopt(v), m.adopt(v, now())
+			if v.OpenTimeout == 876000*time.Hour && m.state == Open && m.openFor == max(m.p.OpenTimeout, m.p.MaxOpenTimeout) {
+				reached.clampedPeriods++
+			}
 			fmt.Fprintf(&log, "%d adopt %v since %v -> %v\n", step, v.State, v.Since.UnixNano(), want)
 			if got != want {
 				fail("Adopt(%+v) = %v, model %v", v, got, want)
@@ -598,5 +636,6 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 	if got, want := b.Counts(), m.counts(now()); got != want {
 		fail("final Counts = %+v, model %+v", got, want)
 	}
+	reached.tripRestarts = m.restarts
 	return reached
 }

@@ -203,6 +203,24 @@ func (p Policy) openPeriod(k int) time.Duration {
 	return min(d, p.MaxOpenTimeout)
 }
 
+// longestOpen is the longest open period p allows (§5.13): MaxOpenTimeout with backoff,
+// OpenTimeout without.
+func (p Policy) longestOpen() time.Duration { return max(p.OpenTimeout, p.MaxOpenTimeout) }
+
+// backoffReach is the first k whose open period is longestOpen: a count of consecutive
+// open periods beyond it lengthens nothing. 1 without backoff.
+func (p Policy) backoffReach() int {
+	k, d := 1, p.OpenTimeout
+	for d < p.MaxOpenTimeout {
+		k++
+		if d > p.MaxOpenTimeout/2 {
+			break
+		}
+		d *= 2
+	}
+	return k
+}
+
 // FieldError says which policy field was refused and why.
 type FieldError struct {
 	Field  string // the field's name in the rendered configuration, e.g. "failureRatio"
