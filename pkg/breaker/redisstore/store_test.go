@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
 // shareWithin is the bound for a verdict to reach the other breakers.
@@ -625,8 +626,9 @@ func TestApplicationInKeys(t *testing.T) {
 }
 
 // TestBackoffShared: a process that adopts a backed-off open verdict keeps its open period
-// (DESIGN.md §5.13), even where its own policy would have said otherwise, and a period an
-// older writer left behind for another epoch is not taken for the current one.
+// (docs/design.md §5.13), even where its own count would have said otherwise, up to the longest
+// its own policy allows; and a period an older writer left behind for another epoch is not
+// taken for the current one.
 func TestBackoffShared(t *testing.T) {
 	srv := startRedis(t)
 	prefix := freeKey(t)
@@ -634,15 +636,21 @@ func TestBackoffShared(t *testing.T) {
 	p.MaxOpenTimeout = 8 * p.OpenTimeout
 	one := newStore(t, srv, prefix)
 	other := newStore(t, srv, prefix)
-	a := mustBreaker(t, one, "a", "payments", p)
+	// a's clock starts three hours back, so that its third open period starts about now.
+	clock := breakertest.NewClock(time.Now().Add(-3 * p.OpenTimeout))
+	a := mustBreakerOn(t, one, "a", "payments", p, clock)
 	local := p
-	local.MaxOpenTimeout = 0 // the other process would not back off on its own
+	// c has never opened, so by its own count its next open period would be the first;
+	// and it would back off only to 4 × openTimeout, which bounds what it adopts.
+	local.MaxOpenTimeout = 4 * p.OpenTimeout
 	c := mustBreaker(t, other, "c", "payments", local)
 	ready(t, one)
 	ready(t, other)
 
 	a.Trip()
-	a.Trip()
+	clock.Advance(p.OpenTimeout)
+	a.Trip() // half-open by then: the second consecutive open period
+	clock.Advance(2 * p.OpenTimeout)
 	a.Trip() // the third consecutive open period: 4 × openTimeout
 	want := a.Verdict()
 	if want.ConsecutiveOpens != 3 || want.OpenTimeout != 4*p.OpenTimeout {
