@@ -94,7 +94,7 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 		policy:    p.withDefaults(),
 	}
 	if b.isFailure == nil {
-		b.isFailure = DefaultIsFailure
+		b.isFailure = isFailureByDefault
 	}
 	if o.clock != nil {
 		b.clock = newClockReader(o.clock)

@@ -474,7 +474,7 @@ func TestCall(t *testing.T) {
 	})
 	t.Run("a nil Closed callback is an error", func(t *testing.T) {
 		b, _, _ := newTestBreaker(t, testPolicy())
-		if _, err := Call(context.Background(), b, Callbacks[int]{}); !errors.Is(err, ErrNoClosedCallback) {
+		if _, err := Call(context.Background(), b, Callbacks[int]{}); !errors.Is(err, errNoClosedCallback) {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -630,7 +630,7 @@ func TestUpdate(t *testing.T) {
 		b, clock, _ := newTestBreaker(t, testPolicy())
 		openIt(t, b, clock)
 		p := testPolicy()
-		p.Window = 0
+		p.Window = -time.Second
 		err := b.Update(p)
 		if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "window" {
 			t.Fatalf("got %v", err)
@@ -668,18 +668,24 @@ func TestValidate(t *testing.T) {
 		p     Policy
 		field string
 	}{
-		{"zero timeout", mod(func(p *Policy) { p.OpenTimeout = 0 }), "openTimeout"},
+		{"negative timeout", mod(func(p *Policy) { p.OpenTimeout = -1 }), "openTimeout"},
 		{"negative window", mod(func(p *Policy) { p.Window = -time.Second }), "window"},
-		{"zero ratio", mod(func(p *Policy) { p.FailureRatio = 0 }), "failureRatio"},
+		{"negative ratio", mod(func(p *Policy) { p.FailureRatio = -0.5 }), "failureRatio"},
 		{"ratio above 1", mod(func(p *Policy) { p.FailureRatio = 1.01 }), "failureRatio"},
 		{"NaN ratio", mod(func(p *Policy) { p.FailureRatio = nan }), "failureRatio"},
-		{"zero minimum", mod(func(p *Policy) { p.MinimumThroughput = 0 }), "minimumThroughput"},
-		{"zero threshold", mod(func(p *Policy) { p.SuccessThreshold = 0 }), "successThreshold"},
-		{"zero probes", mod(func(p *Policy) { p.HalfOpenPermittedCalls = 0 }), "halfOpenPermittedCalls"},
+		{"negative minimum", mod(func(p *Policy) { p.MinimumThroughput = -1 }), "minimumThroughput"},
+		{"negative threshold", mod(func(p *Policy) { p.SuccessThreshold = -2 }), "successThreshold"},
+		{"negative probes", mod(func(p *Policy) { p.HalfOpenPermittedCalls = -1 }), "halfOpenPermittedCalls"},
+		{"negative slow duration", mod(func(p *Policy) { p.SlowCallDuration = -1 }), "slowCallDuration"},
+		{"slow ratio above 1", mod(func(p *Policy) { p.SlowCallRatio = 2 }), "slowCallRatio"},
+		{"negative backoff", mod(func(p *Policy) { p.MaxOpenTimeout = -1 }), "maxOpenTimeout"},
+		{"backoff below the default open timeout", Policy{MaxOpenTimeout: 10 * time.Second}, "maxOpenTimeout"},
 		{"unknown mode", mod(func(p *Policy) { p.Mode = "enforce" }), "mode"},
 		{"ratio of exactly 1", mod(func(p *Policy) { p.FailureRatio = 1 }), ""},
 		{"empty mode", mod(func(p *Policy) { p.Mode = "" }), ""},
 		{"tiny durations", mod(func(p *Policy) { p.Window, p.OpenTimeout = 1, 1 }), ""},
+		{"the zero policy", Policy{}, ""},
+		{"zero fields", Policy{OpenTimeout: time.Minute, MaxOpenTimeout: 4 * time.Minute}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -700,13 +706,44 @@ func TestValidate(t *testing.T) {
 		})
 	}
 	t.Run("every bad field is named", func(t *testing.T) {
-		err := Policy{}.Validate()
+		err := Policy{OpenTimeout: -1, Window: -1, FailureRatio: -1, MinimumThroughput: -1, SuccessThreshold: -1, HalfOpenPermittedCalls: -1}.Validate()
 		for _, f := range []string{"openTimeout", "window", "failureRatio", "minimumThroughput", "successThreshold", "halfOpenPermittedCalls"} {
 			if !strings.Contains(err.Error(), f) {
 				t.Errorf("%v does not name %s", err, f)
 			}
 		}
 	})
+}
+
+// TestZeroPolicy: a zero Policy, or zero fields, take DefaultPolicy's values, as a zero
+// gobreaker.Settings does; Policy reports the values in force.
+func TestZeroPolicy(t *testing.T) {
+	b, err := New("zero", Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Policy(); got != DefaultPolicy() {
+		t.Fatalf("Policy() = %+v, want DefaultPolicy %+v", got, DefaultPolicy())
+	}
+	b, clock, _ := newTestBreaker(t, Policy{OpenTimeout: time.Minute, MinimumThroughput: 4})
+	want := DefaultPolicy()
+	want.OpenTimeout, want.MinimumThroughput = time.Minute, 4
+	if got := b.Policy(); got != want {
+		t.Fatalf("Policy() = %+v, want %+v", got, want)
+	}
+	openIt(t, b, clock)
+	clock.Advance(time.Minute - 1)
+	wantState(t, b, Open)
+	clock.Advance(1)
+	wantState(t, b, HalfOpen)
+	// Update takes zero fields the same way: back to the default open timeout.
+	if err := b.Update(Policy{}); err != nil || b.Policy() != DefaultPolicy() {
+		t.Fatalf("Update(Policy{}) = %v, policy %+v", err, b.Policy())
+	}
+	r, err := NewRegistry(Policy{})
+	if err != nil || r.Get("x").Policy() != DefaultPolicy() {
+		t.Fatalf("NewRegistry(Policy{}) = %v", err)
+	}
 }
 
 func TestAdopt(t *testing.T) {
@@ -923,15 +960,6 @@ func TestStrings(t *testing.T) {
 		if got := v.String(); got != want {
 			t.Errorf("%#v.String() = %q, want %q", v, got, want)
 		}
-	}
-	for s, want := range map[string]State{"closed": Closed, "Closed": Closed, "open": Open, "Open": Open, "half_open": HalfOpen, "HalfOpen": HalfOpen} {
-		st, err := ParseState(s)
-		if err != nil || st != want {
-			t.Errorf("ParseState(%q) = %v, %v", s, st, err)
-		}
-	}
-	if _, err := ParseState("ajar"); err == nil {
-		t.Error("ParseState accepted nonsense")
 	}
 }
 
