@@ -291,8 +291,8 @@ func (m *refModel) adopt(v Verdict, now instant) bool {
 	if m.forced() {
 		return false
 	}
-	// The verdict's open period counts only as far as the local policy's longest one, and
-	// its count of opens only as far as the first whose period is that long.
+	// The verdict's open period counts only as far as the local policy's longest one; its
+	// count of opens is kept, short of an overflow.
 	longest := m.p.OpenTimeout
 	if m.p.MaxOpenTimeout > longest {
 		longest = m.p.MaxOpenTimeout
@@ -300,12 +300,8 @@ func (m *refModel) adopt(v Verdict, now instant) bool {
 	if v.OpenTimeout > longest {
 		v.OpenTimeout = longest
 	}
-	reach := 1
-	for refPeriod(m.p, reach) < longest {
-		reach++
-	}
-	if v.ConsecutiveOpens > reach {
-		v.ConsecutiveOpens = reach
+	if v.ConsecutiveOpens > 1<<30 {
+		v.ConsecutiveOpens = 1 << 30
 	}
 	// A verdict from the future counts as reached now; one from the past is as old on the
 	// monotonic clock as it is on the wall clock.

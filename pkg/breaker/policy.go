@@ -214,19 +214,10 @@ func (p Policy) openPeriod(k int) time.Duration {
 // OpenTimeout without.
 func (p Policy) longestOpen() time.Duration { return max(p.OpenTimeout, p.MaxOpenTimeout) }
 
-// backoffReach is the first k whose open period is longestOpen: a count of consecutive
-// open periods beyond it lengthens nothing. 1 without backoff.
-func (p Policy) backoffReach() int {
-	k, d := 1, p.OpenTimeout
-	for d < p.MaxOpenTimeout {
-		k++
-		if d > p.MaxOpenTimeout/2 {
-			break
-		}
-		d *= 2
-	}
-	return k
-}
+// maxAdoptedOpens bounds the count of consecutive open periods a verdict may set: far past
+// any backoff (2^30 doublings), and with room for every open this process adds after it
+// inside the int32 a BreakerReport carries.
+const maxAdoptedOpens = 1 << 30
 
 // FieldError says which policy field was refused and why.
 type FieldError struct {

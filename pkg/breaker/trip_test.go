@@ -59,22 +59,22 @@ func TestTripAfterTheOpenPeriodEnded(t *testing.T) {
 
 // TestAdoptBoundsTheOpenPeriod: a verdict from elsewhere cannot hold this circuit open
 // longer than its own policy allows (§5.12): a century-long open period counts as the
-// policy's longest, MaxOpenTimeout with backoff, OpenTimeout without, and a count of
-// consecutive opens as the first that reaches it.
+// policy's longest, MaxOpenTimeout with backoff, OpenTimeout without; a count of
+// consecutive opens is kept short of an overflow, and the next open period, counted on
+// from it, is capped by the same bound.
 func TestAdoptBoundsTheOpenPeriod(t *testing.T) {
 	century := Verdict{State: Open, ConsecutiveOpens: 1 << 40, OpenTimeout: 876000 * time.Hour}
 	for _, c := range []struct {
 		name      string
 		max       time.Duration
 		bound     time.Duration
-		reach     int
 		fromClose bool
 	}{
-		{"backoff, from closed", time.Minute, time.Minute, 2, true}, // 30s, then 1m
-		{"backoff, already open", time.Minute, time.Minute, 2, false},
-		{"no backoff, from closed", 0, 30 * time.Second, 1, true},
-		{"no backoff, already open", 0, 30 * time.Second, 1, false},
-		{"a long backoff", 5 * time.Minute, 5 * time.Minute, 5, true}, // 30s 1m 2m 4m 5m
+		{"backoff, from closed", time.Minute, time.Minute, true},
+		{"backoff, already open", time.Minute, time.Minute, false},
+		{"no backoff, from closed", 0, 30 * time.Second, true},
+		{"no backoff, already open", 0, 30 * time.Second, false},
+		{"a long backoff", 5 * time.Minute, 5 * time.Minute, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := testPolicy()
@@ -87,16 +87,21 @@ func TestAdoptBoundsTheOpenPeriod(t *testing.T) {
 			v.Since = clock.Now()
 			b.Adopt(v)
 			got := b.Verdict()
-			if got.State != Open || got.OpenTimeout != c.bound || got.ConsecutiveOpens != c.reach {
-				t.Fatalf("after adopting %+v: %+v, want open for %v, count %d", v, got, c.bound, c.reach)
+			if got.State != Open || got.OpenTimeout != c.bound || got.ConsecutiveOpens != 1<<30 {
+				t.Fatalf("after adopting %+v: %+v, want open for %v, count 2^30", v, got, c.bound)
 			}
-			if tr := rec.takeTransitions(); c.fromClose && (len(tr) != 1 || tr[0].OpenTimeout != c.bound || tr[0].ConsecutiveOpens != c.reach) {
+			if tr := rec.takeTransitions(); c.fromClose && (len(tr) != 1 || tr[0].OpenTimeout != c.bound) {
 				t.Fatalf("transitions %+v, want one open for %v", tr, c.bound)
 			}
 			clock.Advance(c.bound - time.Nanosecond)
 			wantState(t, b, Open)
 			clock.Advance(time.Nanosecond)
 			wantState(t, b, HalfOpen)
+			// The next open period, counted on from the verdict's, is no longer.
+			b.Trip()
+			if got := b.Verdict(); got.OpenTimeout != c.bound || got.ConsecutiveOpens != 1<<30+1 {
+				t.Fatalf("next open period %+v, want %v, count 2^30+1", got, c.bound)
+			}
 		})
 	}
 }
