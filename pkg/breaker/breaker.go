@@ -94,7 +94,7 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 		policy:    p.withDefaults(),
 	}
 	if b.isFailure == nil {
-		b.isFailure = DefaultIsFailure
+		b.isFailure = isFailureByDefault
 	}
 	if o.clock != nil {
 		b.clock = newClockReader(o.clock)
@@ -181,13 +181,23 @@ func (b *Breaker) Counts() Counts {
 	return b.counts(now)
 }
 
-// Trip opens the circuit now, restarting the open period if it is already open, with the
-// normal timeout. Under ModeForcedOpen or ModeForcedClosed it does nothing: the mode wins.
+// Trip opens the circuit now with the normal timeout. On a circuit already open it restarts
+// the open period from now, keeping its length, but that is not a state change: no
+// [Transition] is delivered, so observers count nothing and adapters publish nothing (the
+// shared verdict's Since catches up when an adapter next reads it). A circuit whose open
+// period time has already ended is half-open, and Trip re-opens it as a transition. Under
+// ModeForcedOpen or ModeForcedClosed it does nothing: the mode wins.
 func (b *Breaker) Trip() {
 	var pend pending
 	b.mu.Lock()
 	if m := b.policy.Mode; m != ModeForcedOpen && m != ModeForcedClosed {
-		b.openNow(CauseTrip, b.exactInstant(), b.now(), &pend)
+		now := b.now()
+		b.advance(now, &pend)
+		if b.state == Open {
+			b.restartOpen(b.exactInstant())
+		} else {
+			b.openNow(CauseTrip, b.exactInstant(), now, &pend)
+		}
 	}
 	b.mu.Unlock()
 	b.deliver(&pend)

@@ -16,8 +16,9 @@ type Callbacks[T any] struct {
 	Open     func(ctx context.Context, cause error) (T, error)
 }
 
-// ErrNoClosedCallback is returned by Call when Callbacks.Closed is nil.
-var ErrNoClosedCallback = errors.New("breaker: Callbacks.Closed is nil")
+// errNoClosedCallback is returned by Call when Callbacks.Closed is nil: a mistake in the
+// caller's code, not something to branch on.
+var errNoClosedCallback = errors.New("breaker: Callbacks.Closed is nil")
 
 // Call runs cb through b. The fallback runs only for short-circuits and failures: an error
 // the classifier does not count as a failure (a 4xx, context.Canceled) is returned as it is.
@@ -26,7 +27,7 @@ var ErrNoClosedCallback = errors.New("breaker: Callbacks.Closed is nil")
 func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 	if cb.Closed == nil {
 		var zero T
-		return zero, ErrNoClosedCallback
+		return zero, errNoClosedCallback
 	}
 	t, err := b.admit()
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Two clocks (DESIGN.md §5.14). Every duration a breaker measures (the window's buckets,
+// Two clocks (docs/semantics.md, "Clocks"). Every duration a breaker measures (the window's buckets,
 // open periods, the half-open limit on leaked probes) is measured on a monotonic timeline,
 // so that a step of the wall clock (NTP, a VM resumed, an operator with date -s) neither
 // lengthens nor shortens any of them. What leaves the process (Transition.At, Verdict.Since)
@@ -29,13 +29,21 @@ import (
 // ticker), so an outcome near a bucket boundary may land in the earlier bucket and an open
 // circuit goes half-open up to about a millisecond after openTimeout — late, never early.
 // Transitions read both clocks exactly.
+//
+// The ticker goroutine, (*coarseClock).run, is the one goroutine the package starts. It
+// stops by itself at most coarseLifetime ticks (about 100 ms) after the last reading that
+// started it, so a process that stops using its breakers has none left. A test that checks
+// for leaked goroutines with go.uber.org/goleak need not ignore it: VerifyNone retries for
+// about 400 ms by default, longer than the ticker outlives the last call
+// (TestCoarseClockStopsSoon). With fewer retries, ignore it with
+// goleak.IgnoreTopFunction("github.com/fusebox-dev/fusebox/pkg/breaker.(*coarseClock).run").
 const (
 	coarseTick = time.Millisecond
 	// The ticker stops after this many ticks, and the next reading starts a new one. That
 	// keeps an idle process from waking a thousand times a second for nothing without
 	// readers having to write anything to say they are still there: a busy process pays one
-	// goroutine start per second.
-	coarseLifetime = 1000
+	// goroutine start (about a microsecond) every 100 ms.
+	coarseLifetime = 100
 )
 
 var coarse coarseClock
@@ -128,7 +136,7 @@ func (c *coarseClock) run() {
 // carry one (time.Now's do) and on the wall clock when not.
 type clockReader struct {
 	c     Clock
-	mc    MonotonicClock // c, when it has Monotonic
+	mc    monotonicClock // c, when it has Monotonic
 	t0    time.Time
 	mono0 time.Duration
 	base  int64
@@ -137,7 +145,7 @@ type clockReader struct {
 func newClockReader(c Clock) *clockReader {
 	r := &clockReader{c: c, t0: c.Now()}
 	r.base = r.t0.UnixNano()
-	if mc, ok := c.(MonotonicClock); ok {
+	if mc, ok := c.(monotonicClock); ok {
 		r.mc, r.mono0 = mc, mc.Monotonic()
 	}
 	return r

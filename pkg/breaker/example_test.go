@@ -92,11 +92,11 @@ func ExampleRegistry() {
 	fmt.Println(err, payments.State(), payments.Policy().OpenTimeout)
 
 	broken := tighter
-	broken.FailureRatio = 0
+	broken.FailureRatio = 1.5
 	fmt.Println(reg.Apply(map[string]breaker.Policy{"payments": broken}))
 	// Output:
 	// <nil> open 5s
-	// breaker "payments": breaker: invalid failureRatio 0: must be greater than 0 and at most 1
+	// breaker "payments": breaker: invalid failureRatio 1.5: must be between 0 and 1 (0 means the default)
 }
 
 // One tenant's failures open the circuit for that tenant alone; the others keep being
@@ -130,4 +130,17 @@ func ExampleGroup() {
 	// acme: breaker "tenant-db/acme": circuit open
 	// globex: <nil>
 	// 2 keys, 1 open: [acme] open
+}
+
+// A zero Policy, or zero fields of one, take DefaultPolicy's values: say only what
+// differs.
+func ExamplePolicy() {
+	b, err := breaker.New("inventory", breaker.Policy{OpenTimeout: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	p := b.Policy()
+	fmt.Println(p.OpenTimeout, p.Window, p.FailureRatio, p.MinimumThroughput, p.Mode)
+	// Output:
+	// 1m0s 10s 0.5 20 Enforce
 }

@@ -12,25 +12,25 @@ import (
 	"time"
 )
 
-// DefaultMaxKeys is how many per-key breakers a [Group] keeps unless told otherwise. A
+// defaultMaxKeys is how many per-key breakers a [Group] keeps unless told otherwise. A
 // breaker costs well under a kilobyte, so the default bounds a Group at about a megabyte
 // while leaving room for a service's hosts, routes or busiest tenants.
-const DefaultMaxKeys = 1024
+const defaultMaxKeys = 1024
 
 // SummaryWorstKeys bounds [GroupSummary.Worst]; it equals breakerconfig.MaxWorstKeys,
 // which the report carries.
 const SummaryWorstKeys = 5
 
-// KeySeparator joins a Group's name and a key into the name of the key's breaker:
+// keySeparator joins a Group's name and a key into the name of the key's breaker:
 // "<group>/<key>". A Group's name may not contain it; a key may.
-const KeySeparator = "/"
+const keySeparator = "/"
 
 // SplitKeyName splits the name of a Group member, "<group>/<key>", into the Group's name
 // and the key; ok is false for a name without the separator. Observers that export
 // metrics label by group to keep one series per Group instead of one per key; logs can
 // carry both.
 func SplitKeyName(name string) (group, key string, ok bool) {
-	return strings.Cut(name, KeySeparator)
+	return strings.Cut(name, keySeparator)
 }
 
 // Group holds one breaker per key under one policy: per host, per route, per tenant, so that
@@ -39,8 +39,8 @@ func SplitKeyName(name string) (group, key string, ok bool) {
 // named "<group>/<key>" (see [SplitKeyName]), so observers see which key moved. [Group.Update]
 // reaches every member, and those created later.
 //
-// The Group keeps at most MaxKeys breakers (default [DefaultMaxKeys]). When a new key
-// would exceed the bound, the least recently used closed breakers are evicted first; a
+// The Group keeps at most 1024 breakers, or the bound [Group.SetMaxKeys] sets. When a new
+// key would exceed the bound, the least recently used closed breakers are evicted first; a
 // key used again after its eviction starts afresh, closed, with an empty window. An open
 // or half-open breaker is never evicted: it holds an outage, and forgetting it would send
 // full traffic to a dependency that is down, or cut a half-open probe short. A member
@@ -102,10 +102,10 @@ type groupMember struct {
 }
 
 // NewGroup returns an empty Group named name whose members get policy p and opts. name
-// may not contain [KeySeparator]; a policy that fails [Policy.Validate] is refused.
+// may not contain "/", which separates it from the keys in its members' names; a policy that fails [Policy.Validate] is refused.
 func NewGroup(name string, p Policy, opts ...Option) (*Group, error) {
-	if strings.Contains(name, KeySeparator) {
-		return nil, fmt.Errorf("breaker: group name %q contains %q, which separates a group's name from its keys", name, KeySeparator)
+	if strings.Contains(name, keySeparator) {
+		return nil, fmt.Errorf("breaker: group name %q contains %q, which separates a group's name from its keys", name, keySeparator)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -122,7 +122,7 @@ func NewGroup(name string, p Policy, opts ...Option) (*Group, error) {
 		name:    name,
 		opts:    slices.Clone(opts),
 		policy:  p.withDefaults(),
-		maxKeys: DefaultMaxKeys,
+		maxKeys: defaultMaxKeys,
 		members: map[string]*groupMember{},
 		since:   since,
 	}, nil
@@ -180,7 +180,7 @@ func (g *Group) create(key string) *Breaker {
 	opts = append(opts, WithObserver(m))
 	opts = append(opts, g.opts...)
 	// g.policy has been validated, so New cannot fail.
-	b, err := New(g.name+KeySeparator+key, g.policy, opts...)
+	b, err := New(g.name+keySeparator+key, g.policy, opts...)
 	if err != nil {
 		panic("breaker: group holds an invalid policy: " + err.Error())
 	}
@@ -309,32 +309,18 @@ func (g *Group) breakersLocked(f func(*groupMember) bool) []*Breaker {
 	return bs
 }
 
-// MaxKeys returns the bound on the Group's keys.
-func (g *Group) MaxKeys() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.maxKeys
-}
-
-// SetMaxKeys sets the bound on the Group's keys (n < 1 means [DefaultMaxKeys]) and evicts
+// SetMaxKeys sets the bound on the Group's keys (n < 1 means the default, 1024) and evicts
 // closed members at once, least recently used first, until the Group is within it or
 // only open and half-open members are left over.
 func (g *Group) SetMaxKeys(n int) {
 	if n < 1 {
-		n = DefaultMaxKeys
+		n = defaultMaxKeys
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.maxKeys = n
 	for len(g.members) > g.maxKeys && g.evictOne() {
 	}
-}
-
-// Len returns how many keys the Group holds.
-func (g *Group) Len() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.members)
 }
 
 // Keys returns the keys the Group holds, sorted.

@@ -92,8 +92,8 @@ func TestGroupStress(t *testing.T) {
 			halfOpen++
 		}
 	}
-	if s.Keys != g.Len() || s.Open != open || s.HalfOpen != halfOpen {
-		t.Errorf("summary %d keys, %d open, %d half-open; members %d, %d, %d", s.Keys, s.Open, s.HalfOpen, g.Len(), open, halfOpen)
+	if s.Keys != len(g.Keys()) || s.Open != open || s.HalfOpen != halfOpen {
+		t.Errorf("summary %d keys, %d open, %d half-open; members %d, %d, %d", s.Keys, s.Open, s.HalfOpen, len(g.Keys()), open, halfOpen)
 	}
 	if s.Keys > maxKeys && s.Keys > open+halfOpen {
 		t.Errorf("%d keys over a bound of %d with only %d not closed", s.Keys, maxKeys, open+halfOpen)

@@ -116,8 +116,8 @@ func (t Trigger) String() string {
 	return fmt.Sprintf("Trigger(%d)", uint8(t))
 }
 
-// Transition describes one change of state. Trip on an open circuit restarts the open
-// period and is delivered as a transition from Open to Open.
+// Transition describes one change of state: From and To always differ. Trip on an open
+// circuit restarts the open period without a Transition (see [Breaker.Trip]).
 type Transition struct {
 	Breaker  string
 	From, To State

@@ -9,15 +9,10 @@ import (
 // Clock tells the time. Tests inject a fake one with [WithClock].
 type Clock interface{ Now() time.Time }
 
-// MonotonicClock is a Clock that also reads a monotonic clock, one that a step of the wall
-// clock does not move. A breaker measures its durations on it and stamps what leaves the
-// process with Now. [breakertest.Clock] is one, whose wall clock a test can step alone.
-//
-// [breakertest.Clock]: https://pkg.go.dev/github.com/fusebox-dev/fusebox/pkg/breaker/breakertest#Clock
-type MonotonicClock interface {
+// monotonicClock is a Clock that also reads a monotonic clock, one that a step of the wall
+// clock does not move: a Clock with a Monotonic method (see WithClock).
+type monotonicClock interface {
 	Clock
-	// Monotonic returns the monotonic clock's reading. Only the difference between two
-	// readings means anything.
 	Monotonic() time.Duration
 }
 
@@ -33,10 +28,15 @@ type options struct {
 // WithClock makes the breaker read time from c on every call instead of from the shared
 // coarse clock; tests use it to move time by hand. Every reading goes through c, so a slow
 // Clock slows the call path. Timestamps that leave the breaker (Transition.At, Verdict.Since)
-// are c.Now(). Durations (windows, open periods) are measured on c's Monotonic readings
-// when c is a [MonotonicClock], and otherwise on the difference between its Now readings,
-// which Go takes on the monotonic clock when both times carry a monotonic reading (those of
-// time.Now do) and on the wall clock when they do not (those of time.Date or time.Unix).
+// are c.Now(). Durations (windows, open periods) are measured on a monotonic clock, one that
+// a step of the wall clock does not move: when c also has a method Monotonic()
+// time.Duration (only the difference between two readings meaning anything), on its
+// readings, and otherwise on the difference between its Now readings, which Go takes on the
+// monotonic clock when both times carry a monotonic reading (those of time.Now do) and on
+// the wall clock when they do not (those of time.Date or time.Unix). [breakertest.Clock]
+// has Monotonic, and a wall clock a test can step alone.
+//
+// [breakertest.Clock]: https://pkg.go.dev/github.com/fusebox-dev/fusebox/pkg/breaker/breakertest#Clock
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithClassifier decides which non-nil errors count as failures; an error it does not count
@@ -56,7 +56,8 @@ func WithObserver(obs Observer) Option {
 	}
 }
 
-// DefaultIsFailure is the default classifier: every error but context.Canceled is a failure.
-func DefaultIsFailure(err error) bool {
+// isFailureByDefault is the default classifier: every error but context.Canceled is a
+// failure.
+func isFailureByDefault(err error) bool {
 	return err != nil && !errors.Is(err, context.Canceled)
 }

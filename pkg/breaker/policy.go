@@ -30,21 +30,6 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", int32(s))
 }
 
-// ParseState reads a state in either of the spellings Fusebox uses: the telemetry one of
-// [State.String] ("closed", "open", "half_open") or the CamelCase one of the rendered config
-// and the CircuitBreaker status ("Closed", "Open", "HalfOpen").
-func ParseState(s string) (State, error) {
-	switch s {
-	case "closed", "Closed":
-		return Closed, nil
-	case "open", "Open":
-		return Open, nil
-	case "half_open", "HalfOpen":
-		return HalfOpen, nil
-	}
-	return 0, fmt.Errorf("breaker: unknown state %q", s)
-}
-
 // Mode says how far a breaker acts on its own verdict.
 type Mode string
 
@@ -62,8 +47,8 @@ const (
 	ModeForcedClosed Mode = "ForcedClosed"
 )
 
-// Validate reports whether m is one of the four modes or empty (which means ModeEnforce).
-func (m Mode) Validate() error {
+// validate reports whether m is one of the four modes or empty (which means ModeEnforce).
+func (m Mode) validate() error {
 	switch m {
 	case "", ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed:
 		return nil
@@ -71,48 +56,52 @@ func (m Mode) Validate() error {
 	return &FieldError{Field: "mode", Value: string(m), Reason: "must be one of Enforce, MetricsOnly, ForcedOpen, ForcedClosed"}
 }
 
-// Policy configures a breaker. Its zero value is not usable (a zero duration or count is
-// refused); start from [DefaultPolicy] and change what differs. Field names in errors are the
-// ones of the rendered configuration ("openTimeout", "window", ...).
+// Policy configures a breaker. Like gobreaker's Settings, its zero value works: every
+// field left at zero takes [DefaultPolicy]'s value, so Policy{OpenTimeout: time.Minute}
+// is the defaults with a one-minute open timeout, and [Breaker.Policy] reports the values
+// in force. [Policy.Validate] still refuses what no breaker could use (a negative
+// duration or count, a ratio above 1). Field names in errors are the ones of the rendered
+// configuration ("openTimeout", "window", ...).
 type Policy struct {
-	// OpenTimeout is how long the circuit stays open before admitting probes. Must be > 0.
+	// OpenTimeout is how long the circuit stays open before admitting probes. 0 means 30s.
 	OpenTimeout time.Duration
 	// Window is the width of each of the two buckets the failure rate is judged over, so
-	// the rate covers between one and two Windows of history. Must be > 0.
+	// the rate covers between one and two Windows of history. 0 means 10s.
 	Window time.Duration
 	// FailureRatio is the share of calls in the window that must have failed for a failure
-	// to open the circuit; reaching it exactly opens. Must be in (0, 1].
+	// to open the circuit; reaching it exactly opens. At most 1; 0 means 0.5.
 	FailureRatio float64
 	// MinimumThroughput is how many calls the window must hold before the ratio is trusted.
-	// Must be ≥ 1.
+	// 0 means 20.
 	MinimumThroughput int
 	// SuccessThreshold is how many consecutive probe successes close a half-open circuit.
-	// Must be ≥ 1.
+	// 0 means 2.
 	SuccessThreshold int
-	// HalfOpenPermittedCalls caps the probes running at once while half-open. Must be ≥ 1.
+	// HalfOpenPermittedCalls caps the probes running at once while half-open. 0 means 1.
 	HalfOpenPermittedCalls int
 	// Mode is how far the breaker acts on its verdict; "" means ModeEnforce.
 	Mode Mode
 	// SlowCallDuration, when set, makes a completed call that took at least this long
 	// slow, whatever its outcome, and the circuit also opens when slow calls reach
-	// SlowCallRatio of the window (DESIGN.md §5.13). 0 (the default) judges no call slow,
-	// and costs the call path nothing. Must be ≥ 0.
+	// SlowCallRatio of the window (docs/semantics.md, "Slow calls"). 0 (the default)
+	// judges no call slow, and costs the call path nothing.
 	SlowCallDuration time.Duration
 	// SlowCallRatio is the share of slow calls in a window of at least MinimumThroughput
-	// calls at or above which the circuit opens; used only with SlowCallDuration. Must be
-	// in (0, 1] when SlowCallDuration is set.
+	// calls at or above which the circuit opens; used only with SlowCallDuration. At most
+	// 1; 0 means 1.
 	SlowCallRatio float64
 	// MaxOpenTimeout, when set, backs off the open period: the k-th consecutive open
 	// period without a close in between lasts min(OpenTimeout × 2^(k-1), MaxOpenTimeout)
-	// (§5.13). 0 (the default) keeps every open period at OpenTimeout. Must be 0 or at
-	// least OpenTimeout.
+	// (docs/semantics.md, "Backed-off open periods"). 0 (the default) keeps every open
+	// period at OpenTimeout. When set, at least OpenTimeout.
 	MaxOpenTimeout time.Duration
 }
 
-// DefaultPolicy returns the seed's defaults: a 30s open timeout, a 10s window, a 50% failure
-// ratio over at least 20 calls, 2 probe successes to close, 1 probe at a time, Enforce; no
-// slow-call judging (with a SlowCallRatio of 1 ready for when SlowCallDuration is set) and
-// no backoff.
+// DefaultPolicy returns the defaults of the PHP library whose semantics Fusebox follows
+// (docs/design.md §5): a 30s open timeout, a 10s window, a 50% failure ratio over at least
+// 20 calls, 2 probe successes to close, 1 probe at a time, Enforce; no slow-call judging
+// (with a SlowCallRatio of 1 ready for when SlowCallDuration is set) and no backoff. It is
+// what the zero Policy means.
 func DefaultPolicy() Policy {
 	return Policy{
 		OpenTimeout:            30 * time.Second,
@@ -128,45 +117,41 @@ func DefaultPolicy() Policy {
 
 // Validate refuses only what would make a breaker meaningless; the tighter bounds of the
 // CircuitBreaker resource are the operator's business, so that a library user with unusual
-// needs (a 100ms window in a test, say) is not stopped. Every offending field is reported,
-// each as a [*FieldError].
+// needs (a 100ms window in a test, say) is not stopped. A zero field is not refused: it
+// takes the default (see [Policy]). Every offending field is reported, each as a
+// [*FieldError].
 func (p Policy) Validate() error {
 	var errs []error
-	if p.OpenTimeout <= 0 {
-		errs = append(errs, &FieldError{Field: "openTimeout", Value: p.OpenTimeout.String(), Reason: "must be greater than 0"})
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"openTimeout", p.OpenTimeout}, {"window", p.Window}, {"slowCallDuration", p.SlowCallDuration}, {"maxOpenTimeout", p.MaxOpenTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, &FieldError{Field: d.field, Value: d.v.String(), Reason: "must not be negative (0 means the default)"})
+		}
 	}
-	if p.Window <= 0 {
-		errs = append(errs, &FieldError{Field: "window", Value: p.Window.String(), Reason: "must be greater than 0"})
+	for _, r := range []struct {
+		field string
+		v     float64
+	}{{"failureRatio", p.FailureRatio}, {"slowCallRatio", p.SlowCallRatio}} {
+		// The negated comparison also refuses NaN.
+		if !(r.v >= 0 && r.v <= 1) {
+			errs = append(errs, &FieldError{Field: r.field, Value: formatFloat(r.v), Reason: "must be between 0 and 1 (0 means the default)"})
+		}
 	}
-	// The negated comparison also refuses NaN.
-	if !(p.FailureRatio > 0 && p.FailureRatio <= 1) {
-		errs = append(errs, &FieldError{Field: "failureRatio", Value: formatFloat(p.FailureRatio), Reason: "must be greater than 0 and at most 1"})
+	for _, c := range []struct {
+		field string
+		v     int
+	}{{"minimumThroughput", p.MinimumThroughput}, {"successThreshold", p.SuccessThreshold}, {"halfOpenPermittedCalls", p.HalfOpenPermittedCalls}} {
+		if c.v < 0 {
+			errs = append(errs, &FieldError{Field: c.field, Value: fmt.Sprint(c.v), Reason: "must be at least 1 (0 means the default)"})
+		}
 	}
-	if p.MinimumThroughput < 1 {
-		errs = append(errs, &FieldError{Field: "minimumThroughput", Value: fmt.Sprint(p.MinimumThroughput), Reason: "must be at least 1"})
-	}
-	if p.SuccessThreshold < 1 {
-		errs = append(errs, &FieldError{Field: "successThreshold", Value: fmt.Sprint(p.SuccessThreshold), Reason: "must be at least 1"})
-	}
-	if p.HalfOpenPermittedCalls < 1 {
-		errs = append(errs, &FieldError{Field: "halfOpenPermittedCalls", Value: fmt.Sprint(p.HalfOpenPermittedCalls), Reason: "must be at least 1"})
-	}
-	if err := p.Mode.Validate(); err != nil {
+	if err := p.Mode.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if p.SlowCallDuration < 0 {
-		errs = append(errs, &FieldError{Field: "slowCallDuration", Value: p.SlowCallDuration.String(), Reason: "must be 0 (slow calls not judged) or greater"})
-	}
-	// The ratio matters only with slow-call judging on, but a value no breaker could
-	// use is refused either way.
-	if (p.SlowCallDuration > 0 || p.SlowCallRatio != 0) && !(p.SlowCallRatio > 0 && p.SlowCallRatio <= 1) {
-		errs = append(errs, &FieldError{Field: "slowCallRatio", Value: formatFloat(p.SlowCallRatio), Reason: "must be greater than 0 and at most 1"})
-	}
-	switch {
-	case p.MaxOpenTimeout < 0:
-		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be 0 (no backoff) or greater"})
-	case p.MaxOpenTimeout > 0 && p.OpenTimeout > 0 && p.MaxOpenTimeout < p.OpenTimeout:
-		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + p.OpenTimeout.String() + ")"})
+	if d := p.withDefaults(); p.MaxOpenTimeout > 0 && d.OpenTimeout > 0 && p.MaxOpenTimeout < d.OpenTimeout {
+		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + d.OpenTimeout.String() + ")"})
 	}
 	return errors.Join(errs...)
 }
@@ -178,11 +163,33 @@ func formatFloat(f float64) string {
 	return fmt.Sprint(f)
 }
 
-// withDefaults returns p with the empty Mode spelled out, so that comparisons and
-// Breaker.Policy see one spelling.
+// withDefaults returns p with every zero field set to DefaultPolicy's value, so that
+// comparisons and Breaker.Policy see the values in force.
 func (p Policy) withDefaults() Policy {
+	d := DefaultPolicy()
+	if p.OpenTimeout == 0 {
+		p.OpenTimeout = d.OpenTimeout
+	}
+	if p.Window == 0 {
+		p.Window = d.Window
+	}
+	if p.FailureRatio == 0 {
+		p.FailureRatio = d.FailureRatio
+	}
+	if p.MinimumThroughput == 0 {
+		p.MinimumThroughput = d.MinimumThroughput
+	}
+	if p.SuccessThreshold == 0 {
+		p.SuccessThreshold = d.SuccessThreshold
+	}
+	if p.HalfOpenPermittedCalls == 0 {
+		p.HalfOpenPermittedCalls = d.HalfOpenPermittedCalls
+	}
 	if p.Mode == "" {
-		p.Mode = ModeEnforce
+		p.Mode = d.Mode
+	}
+	if p.SlowCallRatio == 0 {
+		p.SlowCallRatio = d.SlowCallRatio
 	}
 	return p
 }
@@ -202,6 +209,15 @@ func (p Policy) openPeriod(k int) time.Duration {
 	}
 	return min(d, p.MaxOpenTimeout)
 }
+
+// longestOpen is the longest open period p allows (§5.13): MaxOpenTimeout with backoff,
+// OpenTimeout without.
+func (p Policy) longestOpen() time.Duration { return max(p.OpenTimeout, p.MaxOpenTimeout) }
+
+// maxAdoptedOpens bounds the count of consecutive open periods a verdict may set: far past
+// any backoff (2^30 doublings), and with room for every open this process adds after it
+// inside the int32 a BreakerReport carries.
+const maxAdoptedOpens = 1 << 30
 
 // FieldError says which policy field was refused and why.
 type FieldError struct {

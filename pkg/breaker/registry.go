@@ -110,7 +110,7 @@ func (r *Registry) policyLocked(name string) Policy {
 // configured for name, or else the default one, and the registry's options for its
 // members; set its bound with [Group.SetMaxKeys]. Apply reaches the Group as it reaches a
 // breaker. It panics if name is a breaker's (one name cannot be both) or contains
-// [KeySeparator].
+// "/", which separates a Group's name from its keys.
 func (r *Registry) Group(name string) *Group {
 	r.mu.RLock()
 	g, ok := r.groups[name]

@@ -77,7 +77,7 @@ func TestRegistry(t *testing.T) {
 	if !slices.Equal(each, []string{"a", "b", "c"}) {
 		t.Fatalf("Each saw %v", each)
 	}
-	if _, err := NewRegistry(Policy{}); err == nil {
+	if _, err := NewRegistry(Policy{FailureRatio: 2}); err == nil {
 		t.Fatal("NewRegistry accepted an invalid default")
 	}
 }

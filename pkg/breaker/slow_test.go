@@ -298,7 +298,7 @@ func TestPolicyValidateNewFields(t *testing.T) {
 		field string
 	}{
 		{func(p *Policy) { p.SlowCallDuration = -1 }, "slowCallDuration"},
-		{func(p *Policy) { p.SlowCallDuration, p.SlowCallRatio = time.Second, 0 }, "slowCallRatio"},
+		{func(p *Policy) { p.SlowCallDuration, p.SlowCallRatio = time.Second, -0.5 }, "slowCallRatio"},
 		{func(p *Policy) { p.SlowCallRatio = 1.5 }, "slowCallRatio"},
 		{func(p *Policy) { p.MaxOpenTimeout = -time.Second }, "maxOpenTimeout"},
 		{func(p *Policy) { p.MaxOpenTimeout = time.Second }, "maxOpenTimeout"},

@@ -164,6 +164,14 @@ func (b *Breaker) openNow(cause TransitionCause, at instant, now int64, pend *pe
 	b.transition(move{to: Open, cause: cause, counts: b.counts(now), at: at}, now, pend)
 }
 
+// restartOpen starts the open period again at at, keeping its length and the tally that
+// opened it: Trip on an open circuit. It is not a transition, so the state period (and with
+// it the staleness of calls in flight) stays the same. Caller holds mu.
+func (b *Breaker) restartOpen(at instant) {
+	b.since, b.sinceMono, b.openedAt = at.wall, at.mono, at.wall
+	b.publish()
+}
+
 // openUntil is when, on the monotonic timeline, the open period ends. Caller holds mu.
 func (b *Breaker) openUntil() int64 { return addSat(b.sinceMono, int64(b.openFor)) }
 

@@ -42,8 +42,10 @@ func (b *Breaker) Verdict() Verdict {
 //     is already open, v.Since replaces the local start (and the state does not change). Its
 //     open period is the verdict's (v.ConsecutiveOpens and v.OpenTimeout, when set; else
 //     the next under the local policy), so processes that share a verdict back off as one
-//     (§5.13). It goes half-open by itself that long after v.Since, with its own local
-//     probe cap.
+//     (§5.13), but never longer than the local policy allows: v.OpenTimeout counts as at
+//     most MaxOpenTimeout (OpenTimeout without backoff), the bound that also caps every
+//     later period counted on from v.ConsecutiveOpens. It goes half-open by itself that
+//     long after v.Since, with its own local probe cap.
 //   - HalfOpen: from Open only, moves to half-open, where it probes with its own cap and
 //     counts its own probe successes from zero.
 //   - Closed: from Open or HalfOpen, closes, clearing the window, unless v.Since is
@@ -74,6 +76,13 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 	if m := b.policy.Mode; m == ModeForcedOpen || m == ModeForcedClosed {
 		return false
 	}
+	// A verdict from elsewhere holds this circuit open no longer than its own policy
+	// would (§5.12): whatever a fleet's or another process's verdict says, its open period
+	// is clamped to the longest this policy allows. Its count of consecutive opens is kept
+	// (a fleet backs off as one, and the period already bounds what it can do), short of
+	// a count that would overflow.
+	v.OpenTimeout = min(v.OpenTimeout, b.policy.longestOpen())
+	v.ConsecutiveOpens = min(v.ConsecutiveOpens, maxAdoptedOpens)
 	now := b.now()
 	// The verdict's Since is wall-clock time; the open period it starts is timed on the
 	// monotonic timeline, placed as long before now as the wall clock says it was.

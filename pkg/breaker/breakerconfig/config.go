@@ -116,7 +116,26 @@ func (c Config) Policy() (breaker.Policy, error) {
 	if p.SlowCallRatio == 0 {
 		p.SlowCallRatio = 1 // DefaultPolicy's, and the CRD's slowCallRatePercent 100
 	}
-	if err := p.Validate(); err != nil {
+	// A zero field of a breaker.Policy means the default, but the operator renders every
+	// field: a zero here is a broken document, refused like any other bad value.
+	var errs []error
+	for _, f := range []struct {
+		field string
+		zero  bool
+		value string
+	}{
+		{"openTimeout", p.OpenTimeout == 0, p.OpenTimeout.String()},
+		{"window", p.Window == 0, p.Window.String()},
+		{"failureRatio", p.FailureRatio == 0, "0"},
+		{"minimumThroughput", p.MinimumThroughput == 0, "0"},
+		{"successThreshold", p.SuccessThreshold == 0, "0"},
+		{"halfOpenPermittedCalls", p.HalfOpenPermittedCalls == 0, "0"},
+	} {
+		if f.zero {
+			errs = append(errs, &breaker.FieldError{Field: f.field, Value: f.value, Reason: "must be greater than 0"})
+		}
+	}
+	if err := errors.Join(append(errs, p.Validate())...); err != nil {
 		return breaker.Policy{}, err
 	}
 	return p, nil
@@ -150,6 +169,21 @@ func (c Config) Validate() error {
 	}
 	_, err := c.Policy()
 	return err
+}
+
+// ParseState reads a state in either of the spellings Fusebox uses: the wire one
+// (StateClosed, StateOpen, StateHalfOpen) or the telemetry one of breaker.State.String
+// ("closed", "open", "half_open").
+func ParseState(s string) (breaker.State, error) {
+	switch s {
+	case "closed", StateClosed:
+		return breaker.Closed, nil
+	case "open", StateOpen:
+		return breaker.Open, nil
+	case "half_open", StateHalfOpen:
+		return breaker.HalfOpen, nil
+	}
+	return 0, fmt.Errorf("breakerconfig: unknown state %q", s)
 }
 
 // Marshal renders c as the published JSON document.

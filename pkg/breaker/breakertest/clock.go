@@ -7,9 +7,14 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
-var _ breaker.MonotonicClock = (*Clock)(nil)
+// A breaker measures durations on the Monotonic readings of a Clock that has them
+// (breaker.WithClock).
+var _ interface {
+	breaker.Clock
+	Monotonic() time.Duration
+} = (*Clock)(nil)
 
-// Clock is a breaker.MonotonicClock that moves only when told to. It reads two clocks: the
+// Clock is a breaker.Clock that moves only when told to. It reads two clocks: the
 // wall clock (Now) and a monotonic one (Monotonic), which a breaker measures its durations
 // on. Advance moves both, as time passing does; StepWall moves the wall clock alone, as a
 // correction by NTP or a VM resumed does. It is safe for concurrent use.

@@ -210,7 +210,7 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 		return breaker.Verdict{}, false
 	}
 	// Parse validated the state, so ParseState cannot fail.
-	s, err := breaker.ParseState(c.Verdict.State)
+	s, err := breakerconfig.ParseState(c.Verdict.State)
 	if err != nil {
 		return breaker.Verdict{}, false
 	}

@@ -4,7 +4,7 @@
 // library's instruments, named breaker.* or, with [WithPrefix], prefix.breaker.*:
 //
 //	breaker.calls              counter  circuit_breaker.outcome, .initial_state, .state (final)
-//	breaker.active_calls       gauge    calls admitted and not yet finished
+//	breaker.active_calls       gauge    calls admitted and not yet finished, circuit_breaker.state (admitted in)
 //	breaker.state              gauge    0 closed, 1 open, 2 half-open
 //	breaker.failures           gauge    Counts().Failures of tracked breakers
 //	breaker.successes          gauge    Counts().Successes of tracked breakers
@@ -13,7 +13,10 @@
 //	breaker.transitions        counter  circuit_breaker.from_state, .to_state, .cause
 //	breaker.event.timestamp    gauge    Unix seconds of the last transition or probe (circuit_breaker.event)
 //
-// Every measurement carries circuit_breaker.name; breaker.transitions also carries
+// Every measurement carries circuit_breaker.name. breaker.active_calls is split by the state
+// a call was admitted in, read after any open → half-open move its admission made: closed,
+// half_open for probes, open for the calls ModeMetricsOnly runs although Enforce would have
+// refused them. breaker.transitions also carries
 // circuit_breaker.cause, which tells a verdict adopted from another process ("adopted") from
 // one reached locally. The per-call counters are kept in the observer's own atomic cells
 // and reported, with attribute sets built once per breaker, when metrics are collected, as

@@ -124,7 +124,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithDescription("State of the circuit: 0 closed, 1 open, 2 half-open."))
 	add(err)
 	o.active, err = m.Int64ObservableGauge(name("breaker.active_calls"), metric.WithUnit("{call}"),
-		metric.WithDescription("Calls admitted and not yet finished."))
+		metric.WithDescription("Calls admitted and not yet finished, by the state they were admitted in (after any open → half-open move): closed, or half_open for probes, or open for calls ModeMetricsOnly lets through."))
 	add(err)
 	o.failures, err = m.Int64ObservableGauge(name("breaker.failures"), metric.WithUnit("{failure}"),
 		metric.WithDescription("Failures the circuit is judging on (Counts().Failures) of tracked breakers."))
@@ -174,9 +174,10 @@ type series struct {
 	// counters sum over the keys; it has no state (each key has its own, and the Group's
 	// is its Summary).
 	group bool
-	// started counts admitted calls; those in flight are started minus the admitted calls
-	// ended, which the calls cells count already, so ending a call costs one addition.
-	started atomic.Int64
+	// started counts admitted calls by the state they were admitted in; those in flight
+	// are started minus the admitted calls ended in the same initial state, which the calls
+	// cells count already, so ending a call costs one addition.
+	started [3]atomic.Int64
 
 	calls     [4][3][3]cell // outcome, initial, final
 	fallbacks [3]cell
@@ -184,6 +185,7 @@ type series struct {
 	failures  sync.Map // failKey → *cell, by error type
 
 	base        metric.ObserveOption
+	active      [3]metric.ObserveOption     // by the state a call was admitted in
 	transitions [3][3][5][]metric.AddOption // from, to, cause
 	transEvent  [3][3][]metric.RecordOption
 	probeEvent  [4][]metric.RecordOption // outcome
@@ -204,21 +206,20 @@ func (c *cell) observe(obs metric.Observer, inst metric.Int64Observable) {
 	}
 }
 
-// inFlight returns the calls admitted and not yet ended. The ends are read first: every
-// call counted as ended had started by then, so the difference is never negative.
-func (s *series) inFlight() int64 {
+// inFlight returns the calls admitted in state st and not yet ended. The ends are read
+// first: every call counted as ended had started by then, so the difference is never
+// negative.
+func (s *series) inFlight(st int) int64 {
 	var ended int64
 	for i, oc := range outcomes {
 		if oc == breaker.OutcomeRejected {
 			continue
 		}
-		for j := range s.calls[i] {
-			for k := range s.calls[i][j] {
-				ended += s.calls[i][j][k].n.Load()
-			}
+		for k := range s.calls[i][st] {
+			ended += s.calls[i][st][k].n.Load()
 		}
 	}
-	return s.started.Load() - ended
+	return s.started[st].Load() - ended
 }
 
 type failKey struct {
@@ -263,6 +264,7 @@ func newSeries(name string) *series {
 	}
 	for i, st := range states {
 		s.slow[i].opt = observeOpt(n, KeyState.String(st.String()))
+		s.active[i] = observeOpt(n, KeyState.String(st.String()))
 	}
 	for i, from := range states {
 		for j, to := range states {
@@ -358,8 +360,11 @@ func (s *series) noteState(st breaker.State) {
 
 // OnCallStart implements [breaker.CallObserver].
 func (o *Observer) OnCallStart(name string, st breaker.State) {
+	if !inRange(st, 3) {
+		return
+	}
 	s := o.get(name)
-	s.started.Add(1)
+	s.started[st].Add(1)
 	s.noteState(st)
 }
 
@@ -421,7 +426,13 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 		if !s.group {
 			obs.ObserveInt64(o.state, int64(s.stateAt.Load()&3), s.base)
 		}
-		obs.ObserveInt64(o.active, s.inFlight(), s.base)
+		for i := range states {
+			// Closed is always reported, so that a breaker has an active_calls series
+			// from its first sight; the others from their first admitted call on.
+			if i == int(breaker.Closed) || s.started[i].Load() != 0 {
+				obs.ObserveInt64(o.active, s.inFlight(i), s.active[i])
+			}
+		}
 		for i := range s.calls {
 			for j := range s.calls[i] {
 				for k := range s.calls[i][j] {

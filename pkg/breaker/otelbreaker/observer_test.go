@@ -175,7 +175,7 @@ func TestInstruments(t *testing.T) {
 	if v := value(t, got, "breaker.successes", name); v != 0 {
 		t.Errorf("successes gauge %v", v)
 	}
-	if v := value(t, got, "breaker.active_calls", name); v != 0 {
+	if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state=closed"); v != 0 {
 		t.Errorf("active calls %v", v)
 	}
 
@@ -200,8 +200,13 @@ func TestInstruments(t *testing.T) {
 	}()
 	<-started
 	got = h.collect()
-	if v := value(t, got, "breaker.active_calls", name); v != 1 {
+	// The probe is active in the state it was admitted in: half-open, after the open →
+	// half-open move its own admission made.
+	if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state=half_open"); v != 1 {
 		t.Errorf("active calls during the probe %v, want 1", v)
+	}
+	if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state=closed"); v != 0 {
+		t.Errorf("closed active calls during the probe %v, want 0", v)
 	}
 	if v := value(t, got, "breaker.state", name); v != 2 {
 		t.Errorf("state gauge %v, want 2 (half-open)", v)
@@ -230,8 +235,10 @@ func TestInstruments(t *testing.T) {
 	if v := value(t, got, "breaker.state", name); v != 0 {
 		t.Errorf("state gauge %v, want 0 (closed)", v)
 	}
-	if v := value(t, got, "breaker.active_calls", name); v != 0 {
-		t.Errorf("active calls %v", v)
+	for _, st := range []string{"closed", "half_open"} {
+		if v := value(t, got, "breaker.active_calls", name, "circuit_breaker.state="+st); v != 0 {
+			t.Errorf("%s active calls %v", st, v)
+		}
 	}
 
 	// A failure with a fallback.
@@ -445,7 +452,7 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("%v calls counted, want %d", total, 8*500)
 	}
 	for _, n := range []string{name, "circuit_breaker.name=other"} {
-		if v := value(t, got, "breaker.active_calls", n); v != 0 {
+		if v := value(t, got, "breaker.active_calls", n, "circuit_breaker.state=closed"); v != 0 {
 			t.Errorf("%s: %v active calls after all ended", n, v)
 		}
 	}

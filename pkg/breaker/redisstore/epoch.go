@@ -125,9 +125,7 @@ func (s *Store) runScript(sc *redis.Script, key string, args ...any) (casResult,
 // publish writes the breaker's verdict if it differs from the shared one, by a
 // compare-and-set on the epoch this process last knew. The loser of a race adopts the
 // winner's verdict, so two processes that open together produce one open period. A verdict
-// that lost to an older one of another state (a trip after the fleet closed, a probe failure
-// after another process went half-open) is written on top instead: the breaker would
-// refuse the older verdict as stale, and it is the newer news.
+// that lost to one it supersedes (see supersedes) is written on top instead.
 func (s *Store) publish(bd *binding) {
 	bd.refused = false
 	if forced(bd.b) {
@@ -165,8 +163,8 @@ func (s *Store) publish(bd *binding) {
 			return
 		case "conflict":
 			s.conflicts.Add(1)
-			if r := res.v; r.state != local.State && r.since.Before(local.Since) {
-				expect = r.epoch
+			if supersedes(local, res.v) {
+				expect = res.v.epoch
 				continue
 			}
 			s.adopt(bd, res.v)
@@ -177,14 +175,47 @@ func (s *Store) publish(bd *binding) {
 	bd.unsynced = true // still contested: the next poll tries again
 }
 
+// supersedes reports whether the local verdict, having lost the compare-and-set to the
+// shared one, is still the news to write on top of it. So it is when the shared verdict is
+// of another state and older (a trip after the fleet closed, a probe failure after another
+// process went half-open): the breaker would refuse it as stale. And so it is at an equal
+// timestamp when the local state was earned and the shared one was not: a HalfOpen is only
+// ever the clock's doing (or another process's adoption of it), a Closed only ever earned by
+// probes, and an Open either (calls, a failed probe, Trip, or a half-open period whose
+// probes never answered), so at one instant Closed beats Open beats HalfOpen. A probe that
+// closed the circuit at the very instant another process's open period ended must not be
+// undone by that end; and were a failed probe and a successful one to tie to the
+// nanosecond, the close wins and the failing process opens again on its next failures.
+func supersedes(local breaker.Verdict, shared shared) bool {
+	if shared.state == local.State {
+		return false
+	}
+	if shared.since.Before(local.Since) {
+		return true
+	}
+	return shared.since.Equal(local.Since) && earnedRank(local.State) > earnedRank(shared.state)
+}
+
+// earnedRank orders states by how surely a process earned them, for ties (supersedes).
+func earnedRank(s breaker.State) int {
+	switch s {
+	case breaker.Closed:
+		return 2
+	case breaker.Open:
+		return 1
+	}
+	return 0
+}
+
 // adopt applies a shared verdict to the breaker and records it as the one known. The
 // breaker may refuse it (a verdict older than its own state, or a forced mode); then it
 // keeps deciding alone until its next transition, which is published on top.
 func (s *Store) adopt(bd *binding, v shared) {
-	if v.state == breaker.HalfOpen && bd.b.State() == breaker.Closed {
+	if lv := localVerdict(bd.b); v.state == breaker.HalfOpen && lv.State == breaker.Closed && !v.since.Equal(lv.Since) {
 		// A breaker enters half-open only from open, and this one missed the fleet's open
 		// period (it was attached, or reconnected, after it). Join it by its end: the
-		// observers see closed → open → half-open, all adopted, as the fleet went.
+		// observers see closed → open → half-open, all adopted, as the fleet went. A close
+		// at the very instant the half-open period began ended that period (supersedes).
 		bd.b.Adopt(breaker.Verdict{State: breaker.Open, Since: v.since})
 	}
 	bd.b.Adopt(v.verdict())

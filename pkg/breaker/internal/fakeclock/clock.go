@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Clock is a breaker.MonotonicClock that moves only when told to. It reads two
+// Clock is a breaker.Clock with a Monotonic reading that moves only when told to. It reads two
 // clocks: the wall clock (Now) and a monotonic one (Monotonic), which a breaker
 // measures its durations on. Advance moves both, as time passing does;
 // StepWall moves the wall clock alone, as a correction by NTP or a VM resumed
