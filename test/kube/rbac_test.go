@@ -56,9 +56,10 @@ func TestRunsWithTheBreakerClientRole(t *testing.T) {
 	p := testPolicy()
 	p.HalfOpenPermittedCalls = 3
 	writeConfigMap(t, ns, map[string]string{"guarded.json": render(t, "guarded", 2, p, "Pod", nil)})
-	// No POD_UID: reading its own Pod is within the role too.
+	// The UID from the downward API (POD_UID): the role gives no access to Pods.
 	in := startInstance(t, ns, "app-1", instanceOptions{
 		breakers: []string{"guarded"},
+		passUID:  true,
 		modify:   func(o *kube.Options) { o.Config.Impersonate.UserName = user },
 	})
 	eventually(t, propagation, func() error { return policyIs([]*instance{in}, "guarded", p) })
@@ -68,6 +69,19 @@ func TestRunsWithTheBreakerClientRole(t *testing.T) {
 	if s := in.agent.Stats(); s.WriteFailures != 0 || s.LastWriteError != "" {
 		t.Errorf("stats %+v: some writes were refused", s)
 	}
+
+	// Without it, the agent cannot learn its UID, and says to set POD_UID; its breakers run.
+	blind := startInstance(t, ns, "app-2", instanceOptions{
+		breakers: []string{"guarded"},
+		modify:   func(o *kube.Options) { o.Config.Impersonate.UserName = user },
+	})
+	eventually(t, propagation, func() error {
+		if s := blind.agent.Stats(); !strings.Contains(s.LastWriteError, kube.EnvPodUID) || !strings.Contains(s.LastWriteError, "forbidden") {
+			return fmt.Errorf("stats %+v: want the refused read of the Pod, naming %s", s, kube.EnvPodUID)
+		}
+		return nil
+	})
+	eventually(t, propagation, func() error { return policyIs([]*instance{blind}, "guarded", p) })
 }
 
 // TestPodWritesOnlyItsOwnReport: the API server itself (config/policy's admission policy,
