@@ -51,7 +51,7 @@ var _ = Describe("CircuitBreaker overrides", func() {
 			return overrideSpec(time.Now().Add(resiliencev1alpha1.MaxOverrideDuration+time.Hour), "INC-1")
 		}, "spec.override.until", "must be at most 7 days ahead"),
 		Entry("a missing reason (the schema's)", func() resiliencev1alpha1.CircuitBreakerSpec { return overrideSpec(time.Now().Add(time.Hour), "") },
-			"spec.override.reason", "at least 1 chars long"),
+			"spec.override.reason", "not be blank"),
 		Entry("a blank reason", func() resiliencev1alpha1.CircuitBreakerSpec { return overrideSpec(time.Now().Add(time.Hour), "   ") },
 			"spec.override.reason", "say why the circuit is held"),
 	)

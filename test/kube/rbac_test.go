@@ -145,7 +145,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 	})
 	must(t, refused(podA.Create(ctx, reportNamed("pod-b", "pod-b", uidB)), "pod pod-a may write only the BreakerReport named pod-a"))
 	// Its own name, but owned by another Pod.
-	must(t, refused(podA.Create(ctx, reportNamed("pod-a", "pod-b", uidB)), "ownerReference to that Pod"))
+	must(t, refused(podA.Create(ctx, reportNamed("pod-a", "pod-b", uidB)), "exactly one ownerReference, to that Pod; it has Pod pod-b"))
 	// Its own name and Pod name, but not its Pod's UID, with a token that carries it.
 	must(t, refused(podAWithUID.Create(ctx, reportNamed("pod-a", "pod-a", uidB)), "uid "+string(uidA)))
 	if _, _, err := reportOf(ns, "pod-b"); !apierrors.IsNotFound(err) {
@@ -173,7 +173,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 	var logs syncBuffer
 	actx, cancel := context.WithCancel(ctx)
 	a, err := kube.StartAgent(actx, kube.Options{
-		Config: asPodA(true), Namespace: ns, Pod: "pod-a",
+		Config: asPodA(true), Namespace: ns, Pod: "pod-a", PodUID: string(uidA),
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter(t, new(syncBuffer))), nil)),
 	})
 	must(t, err)
