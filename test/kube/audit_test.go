@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,13 +13,32 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
 
-// person is a client authenticated as user name, allowed everything (RBAC is not what is
-// tested here).
-func person(t *testing.T, name string) client.Client {
+// person is a client authenticated as user name, a member of group (bound by the test to
+// what it needs), not of system:masters, which the policy exempts.
+func person(t *testing.T, name, group string) client.Client {
 	t.Helper()
 	c := rest.CopyConfig(cfg)
-	c.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: []string{"system:masters", "system:authenticated"}}
+	c.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: []string{group, "system:authenticated"}}
 	return clientAs(t, c)
+}
+
+// breakerEditors lets the members of a group of the test's own edit CircuitBreakers in
+// ns, and returns the group.
+func breakerEditors(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	group := "breaker-editors-" + ns
+	must(t, k8sClient.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "breaker-editor"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{resiliencev1alpha1.GroupVersion.Group}, Resources: []string{"circuitbreakers"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}},
+	}))
+	must(t, k8sClient.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "breaker-editors"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "breaker-editor"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: group}},
+	}))
+	return group
 }
 
 // TestOverriddenByIsTrueWithoutTheWebhook: this suite runs no webhook, as a cluster whose
@@ -30,7 +50,8 @@ func TestOverriddenByIsTrueWithoutTheWebhook(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	ctx := context.Background()
-	alice, carol := person(t, "alice@example.com"), person(t, "carol@example.com")
+	editors := breakerEditors(t, ns)
+	alice, carol := person(t, "alice@example.com", editors), person(t, "carol@example.com", editors)
 	until := metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))
 	breaker := func(name, by string) *resiliencev1alpha1.CircuitBreaker {
 		return &resiliencev1alpha1.CircuitBreaker{
@@ -78,4 +99,8 @@ func TestOverriddenByIsTrueWithoutTheWebhook(t *testing.T) {
 	if by := got.Annotations[resiliencev1alpha1.AnnotationOverriddenBy]; by != "carol@example.com" {
 		t.Errorf("stored record %q, want carol@example.com", by)
 	}
+
+	// A member of system:masters (this suite's own client) is exempt: it could delete the
+	// policy anyway.
+	must(t, k8sClient.Create(ctx, breaker("by-admin", "alice@example.com")))
 }
