@@ -31,9 +31,12 @@ type BreakerReportEntry struct {
 	// +kubebuilder:validation:Enum=Started;Tripped;Manual;ProbeFailed;ProbesSucceeded;TimedOut;Adopted;Forced
 	Reason string `json:"reason"`
 
-	// calls is how many calls the pod's window held at the transition.
+	// calls is how many calls the pod's window held at the transition. At most
+	// 2^53−1, the largest count a JSON reader that holds numbers as doubles
+	// reads exactly; it is shown, never summed.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=9007199254740991
 	Calls *int64 `json:"calls,omitempty"`
 
 	// failureRatePercent is the failure rate of the pod's window, in percent,
@@ -58,9 +61,12 @@ type BreakerReportEntry struct {
 
 	// consecutiveOpens is how many open periods in a row the circuit has had,
 	// counting the current one, with no close in between (maxOpenTimeout backs
-	// them off). 0 when closed.
+	// them off). 0 when closed. The operator takes the most any pod reports
+	// (never a sum) and clamps it to what the CircuitBreaker's backoff can
+	// reach, so the int32 range bounds it.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
 
 	// openTimeout is the length of the current open period (while half-open,
@@ -70,8 +76,12 @@ type BreakerReportEntry struct {
 	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
 
 	// keys summarises the per-key breakers of a breaker Group, for a Group:
-	// one entry for the Group, not one per key.
+	// one entry for the Group, not one per key. Each count is at most 400,000,
+	// so that the operator's sums over 5,000 pods fit int32.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.keys <= 400000",message="must be at most 400000: no pod holds that many keys, and the operator sums this over pods",fieldPath=".keys"
+	// +kubebuilder:validation:XValidation:rule="self.open <= 400000",message="must be at most 400000: no pod holds that many keys, and the operator sums this over pods",fieldPath=".open"
+	// +kubebuilder:validation:XValidation:rule="self.halfOpen <= 400000",message="must be at most 400000: no pod holds that many keys, and the operator sums this over pods",fieldPath=".halfOpen"
 	Keys *KeySummary `json:"keys,omitempty"`
 
 	// configGeneration is the generation of the configuration the pod runs.

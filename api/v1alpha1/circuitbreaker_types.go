@@ -9,8 +9,9 @@ import (
 )
 
 // Mode says whether a breaker enforces its verdict, only reports it, or is held
-// in one state by an operator.
-// +kubebuilder:validation:Enum=Enforce;MetricsOnly;ForcedOpen;ForcedClosed
+// in one state by an operator. Each field of this type lists the values it
+// takes (spec.mode all four, spec.override.mode the forced two): an enum on the
+// type would be the schema of both.
 type Mode string
 
 const (
@@ -53,17 +54,25 @@ const (
 // CircuitBreakerSpec declares how a breaker judges a dependency.
 // +kubebuilder:validation:XValidation:rule=`!has(self.maxOpenTimeout) || !has(self.openTimeout) || !self.maxOpenTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.openTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxOpenTimeout) >= duration(self.openTimeout)`,message="maxOpenTimeout must be at least openTimeout",fieldPath=".maxOpenTimeout"
 type CircuitBreakerSpec struct {
-	// Each duration's CEL rule checks the bounds only of a string that matches
-	// the pattern, so one that is no duration at all is reported once, by the
-	// pattern, rather than again as a CEL type-conversion error.
+	// Each duration field says "must be a duration such as 30s or 1m30s" itself,
+	// in CEL, rather than with an OpenAPI pattern, whose message is the regular
+	// expression. Its other rules hold only for a string that matches, so a
+	// string that is no duration gets that one line, not a second one about a
+	// failed conversion; and the whole-milliseconds rule holds only above the
+	// floor, so "999us" is told the floor alone. Nothing here is an OpenAPI maxLength or enum: those
+	// violations stop the API server from running any CEL rule and add a line
+	// of their own ("some validation rules were not checked"), so the duration
+	// fields have neither.
 
 	// openTimeout is how long the circuit stays open before it lets probe calls
 	// through (half-open). A Go duration between 1s and 24h, such as "30s" or "2m".
 	// +optional
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))`,message="openTimeout must be between 1s and 24h"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')`,message="must be a duration such as 30s or 1m30s"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))`,message="must be between 1s and 24h"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) < duration('1s') || int(duration(self)) % 1000000 == 0`,message="must be a whole number of milliseconds"
 	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
 
 	// window is the width of each of the two buckets of the rolling window in
@@ -71,8 +80,10 @@ type CircuitBreakerSpec struct {
 	// +optional
 	// +kubebuilder:default="10s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))`,message="window must be between 1s and 1h"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')`,message="must be a duration such as 30s or 1m30s"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))`,message="must be between 1s and 1h"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) < duration('1s') || int(duration(self)) % 1000000 == 0`,message="must be a whole number of milliseconds"
 	Window *metav1.Duration `json:"window,omitempty"`
 
 	// failureRatePercent is the share of failed calls in the window, in percent,
@@ -85,25 +96,30 @@ type CircuitBreakerSpec struct {
 
 	// minimumThroughput is how many calls the window must hold before the
 	// failure rate is judged at all, so a quiet circuit does not open on thin
-	// evidence. At least 1.
+	// evidence. 1 to 1,000,000.
 	// +optional
 	// +kubebuilder:default=20
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
 	MinimumThroughput *int32 `json:"minimumThroughput,omitempty"`
 
 	// successThreshold is how many consecutive successful probes close a
-	// half-open circuit. At least 1.
+	// half-open circuit, over the whole half-open period: probes run one after
+	// another as slots free up, so it may exceed halfOpenPermittedCalls.
+	// 1 to 1000.
 	// +optional
 	// +kubebuilder:default=2
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
 	SuccessThreshold *int32 `json:"successThreshold,omitempty"`
 
 	// halfOpenPermittedCalls caps how many probe calls run at the same time in
 	// each pod while the circuit is half-open; callers over the cap are
-	// short-circuited. At least 1.
+	// short-circuited. 1 to 1000.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
 	HalfOpenPermittedCalls *int32 `json:"halfOpenPermittedCalls,omitempty"`
 
 	// mode is Enforce (short-circuit while open), MetricsOnly (judge and report,
@@ -111,6 +127,7 @@ type CircuitBreakerSpec struct {
 	// state until the mode changes).
 	// +optional
 	// +kubebuilder:default=Enforce
+	// +kubebuilder:validation:Enum=Enforce;MetricsOnly;ForcedOpen;ForcedClosed
 	Mode Mode `json:"mode,omitempty"`
 
 	// scope is Pod (each pod decides alone) or Fleet (pods that open on their
@@ -138,8 +155,10 @@ type CircuitBreakerSpec struct {
 	// duration between 1ms and 1h. Unset (the default): no call is judged slow.
 	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1ms') && duration(self) <= duration('1h'))`,message="slowCallDuration must be between 1ms and 1h"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')`,message="must be a duration such as 30s or 1m30s"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1ms') && duration(self) <= duration('1h'))`,message="must be between 1ms and 1h"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) < duration('1ms') || int(duration(self)) % 1000000 == 0`,message="must be a whole number of milliseconds"
 	SlowCallDuration *metav1.Duration `json:"slowCallDuration,omitempty"`
 
 	// slowCallRatePercent is the share of slow calls in the window, in percent,
@@ -158,8 +177,10 @@ type CircuitBreakerSpec struct {
 	// most 24h. Unset (the default): every open period lasts openTimeout.
 	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('24h')`,message="maxOpenTimeout must be at most 24h"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')`,message="must be a duration such as 30s or 1m30s"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('24h')`,message="must be at most 24h"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || int(duration(self)) % 1000000 == 0`,message="must be a whole number of milliseconds"
 	MaxOpenTimeout *metav1.Duration `json:"maxOpenTimeout,omitempty"`
 
 	// override holds the circuit open or closed until a given time, then hands
@@ -183,10 +204,10 @@ type Override struct {
 	Until metav1.Time `json:"until"`
 
 	// reason says why the circuit is held, for whoever looks during the
-	// incident. 1 to 256 characters.
+	// incident. 1 to 256 characters, not all of them blank.
 	// +required
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule=`self.trim() != ''`,message="must say why the circuit is held (an incident reference, say), not be blank"
 	Reason string `json:"reason"`
 }
 
@@ -282,6 +303,15 @@ type MemberStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	ConfigError string `json:"configError,omitempty"`
 }
+
+// MaxGroupKeys bounds each count of the KeySummary a pod reports (a rule of
+// BreakerReport's keys, not of the type: the CircuitBreaker's status.keys holds
+// the sums, which may go higher). A Group keeps
+// DefaultMaxKeys (1024) breakers unless told otherwise, and each costs memory,
+// so no real pod holds this many; and the operator's sums of open and
+// half-open keys over the pods of a fleet stay inside int32 up to 5,000 pods
+// at this bound (5,000 × 400,000 = 2·10⁹ < 2³¹−1 ≈ 2.1·10⁹).
+const MaxGroupKeys = breakerconfig.MaxKeyCount
 
 // KeySummary is what a breaker Group holds: one breaker per key (a host, a
 // route, a tenant) under the CircuitBreaker's policy. A pod reports the Group
@@ -413,8 +443,13 @@ type CircuitBreakerStatus struct {
 // +kubebuilder:printcolumn:name="Failure Rate",type=integer,JSONPath=`.spec.failureRatePercent`,priority=10
 // +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
 // +kubebuilder:printcolumn:name="Override Until",type=string,JSONPath=`.spec.override.until`,priority=10,description="When spec.override ends (or ended: see Overridden)"
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 248",message="metadata.name must be at most 248 characters: the breaker is published under the ConfigMap key <name>.json, and keys are at most 253"
 type CircuitBreaker struct {
+	// A name longer than 248 characters (breakerconfig.MaxKeyNameLength) is
+	// refused by the admission policy fusebox-circuitbreaker-name (config/policy)
+	// and by the validating webhook, not by a rule here: a rule of the CRD's
+	// root has no field path (controller-gen gives the root metadata no
+	// properties to point at), and the API server would report it on "<nil>".
+
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 

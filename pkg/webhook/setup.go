@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +55,11 @@ type Options struct {
 	Host    string
 	Port    int
 	CertDir string
+	// EnableHTTP2 lets the webhook server negotiate HTTP/2. Off by default, as the
+	// Kubernetes operator scaffolds have it since the HTTP/2 rapid-reset attacks
+	// (CVE-2023-44487, CVE-2023-39325): the API server calls webhooks over HTTP/1.1
+	// just as well, and a server that never speaks HTTP/2 cannot be hit through it.
+	EnableHTTP2 bool
 
 	// The rest is for CertModeSelfSigned.
 
@@ -120,6 +126,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Host, "webhook-host", o.Host, "Address the webhook server binds to (default: all).")
 	fs.IntVar(&o.Port, "webhook-port", o.Port, "Port the webhook server listens on.")
 	fs.StringVar(&o.CertDir, "webhook-cert-dir", o.CertDir, "Directory of the webhook server's tls.crt and tls.key.")
+	fs.BoolVar(&o.EnableHTTP2, "enable-http2", o.EnableHTTP2, "Let the webhook server negotiate HTTP/2 (off: HTTP/1.1 only, against HTTP/2's stream-handling denial-of-service bugs).")
 	fs.StringVar(&o.Namespace, "webhook-namespace", o.Namespace, "Namespace of the webhook Service and certificate Secret (self-signed; default: the pod's).")
 	fs.StringVar(&o.ServiceName, "webhook-service-name", o.ServiceName, "Webhook Service the certificate names (self-signed).")
 	fs.StringVar(&o.SecretName, "webhook-secret-name", o.SecretName, "Secret that holds the webhook certificates (self-signed).")
@@ -141,7 +148,18 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // NewServer returns the webhook server for ctrl.Options.WebhookServer. It only
 // starts if Setup registers webhooks on it.
 func (o Options) NewServer() ctrlwebhook.Server {
-	return ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir})
+	return ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: o.tlsOptions()})
+}
+
+// tlsOptions is the webhook server's transport: TLS 1.2 at least (what every supported
+// API server speaks), and HTTP/1.1 only unless EnableHTTP2.
+func (o Options) tlsOptions() []func(*tls.Config) {
+	return []func(*tls.Config){func(c *tls.Config) {
+		c.MinVersion = tls.VersionTLS12
+		if !o.EnableHTTP2 {
+			c.NextProtos = []string{"http/1.1"}
+		}
+	}}
 }
 
 // Setup registers Fusebox's webhooks on mgr's webhook server and, in

@@ -62,6 +62,8 @@ var _ = BeforeSuite(func() {
 
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
+	// The API server's own policies, as config/default installs them beside the webhooks.
+	Expect(testenv.InstallPolicies(cfg, "../..")).To(Succeed())
 
 	wio := testEnv.WebhookInstallOptions
 	opts := webhook.DefaultOptions()

@@ -56,9 +56,10 @@ func TestRunsWithTheBreakerClientRole(t *testing.T) {
 	p := testPolicy()
 	p.HalfOpenPermittedCalls = 3
 	writeConfigMap(t, ns, map[string]string{"guarded.json": render(t, "guarded", 2, p, "Pod", nil)})
-	// No POD_UID: reading its own Pod is within the role too.
+	// The UID from the downward API (POD_UID): the role gives no access to Pods.
 	in := startInstance(t, ns, "app-1", instanceOptions{
 		breakers: []string{"guarded"},
+		passUID:  true,
 		modify:   func(o *kube.Options) { o.Config.Impersonate.UserName = user },
 	})
 	eventually(t, propagation, func() error { return policyIs([]*instance{in}, "guarded", p) })
@@ -68,6 +69,19 @@ func TestRunsWithTheBreakerClientRole(t *testing.T) {
 	if s := in.agent.Stats(); s.WriteFailures != 0 || s.LastWriteError != "" {
 		t.Errorf("stats %+v: some writes were refused", s)
 	}
+
+	// Without it, the agent cannot learn its UID, and says to set POD_UID; its breakers run.
+	blind := startInstance(t, ns, "app-2", instanceOptions{
+		breakers: []string{"guarded"},
+		modify:   func(o *kube.Options) { o.Config.Impersonate.UserName = user },
+	})
+	eventually(t, propagation, func() error {
+		if s := blind.agent.Stats(); !strings.Contains(s.LastWriteError, kube.EnvPodUID) || !strings.Contains(s.LastWriteError, "forbidden") {
+			return fmt.Errorf("stats %+v: want the refused read of the Pod, naming %s", s, kube.EnvPodUID)
+		}
+		return nil
+	})
+	eventually(t, propagation, func() error { return policyIs([]*instance{blind}, "guarded", p) })
 }
 
 // TestPodWritesOnlyItsOwnReport: the API server itself (config/policy's admission policy,
@@ -131,7 +145,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 	})
 	must(t, refused(podA.Create(ctx, reportNamed("pod-b", "pod-b", uidB)), "pod pod-a may write only the BreakerReport named pod-a"))
 	// Its own name, but owned by another Pod.
-	must(t, refused(podA.Create(ctx, reportNamed("pod-a", "pod-b", uidB)), "ownerReference to that Pod"))
+	must(t, refused(podA.Create(ctx, reportNamed("pod-a", "pod-b", uidB)), "exactly one ownerReference, to that Pod; it has Pod pod-b"))
 	// Its own name and Pod name, but not its Pod's UID, with a token that carries it.
 	must(t, refused(podAWithUID.Create(ctx, reportNamed("pod-a", "pod-a", uidB)), "uid "+string(uidA)))
 	if _, _, err := reportOf(ns, "pod-b"); !apierrors.IsNotFound(err) {
@@ -159,7 +173,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 	var logs syncBuffer
 	actx, cancel := context.WithCancel(ctx)
 	a, err := kube.StartAgent(actx, kube.Options{
-		Config: asPodA(true), Namespace: ns, Pod: "pod-a",
+		Config: asPodA(true), Namespace: ns, Pod: "pod-a", PodUID: string(uidA),
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter(t, new(syncBuffer))), nil)),
 	})
 	must(t, err)

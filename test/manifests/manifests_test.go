@@ -118,14 +118,13 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 		t.Errorf("role bound to %+v, want the manager's service account", binding.Subjects)
 	}
 
-	// An application pod reads the published ConfigMap and its own Pod, and writes its
-	// report (which one is the admission policy's to say); nothing else, and in
-	// particular nothing of a CircuitBreaker.
+	// An application pod reads the published ConfigMap and writes its report (which one
+	// is the admission policy's to say); nothing else: no Pod (its UID comes from the
+	// downward API), and in particular nothing of a CircuitBreaker.
 	var client rbacv1.ClusterRole
 	find(t, objs, "ClusterRole", "fusebox-breaker-client", &client)
 	want := map[string]map[string][]string{
 		"/configmaps":                           {"get": {"fusebox-breakers"}, "list": {"fusebox-breakers"}, "watch": {"fusebox-breakers"}},
-		"/pods":                                 {"get": nil},
 		"resilience.fusebox.dev/breakerreports": {"get": nil, "create": nil, "patch": nil, "update": nil},
 	}
 	got := map[string]map[string][]string{}
@@ -155,6 +154,18 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	find(t, objs, "ValidatingAdmissionPolicyBinding", "fusebox-breakerreport-identity", &vapBinding)
 	if vapBinding.Spec.PolicyName != vap.Name || !slices.Equal(vapBinding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Errorf("binding: policyName %q actions %v, want %q and Deny", vapBinding.Spec.PolicyName, vapBinding.Spec.ValidationActions, vap.Name)
+	}
+	// And its check of the override's audit record, which holds without the webhook.
+	var audit admissionregistrationv1.ValidatingAdmissionPolicy
+	find(t, objs, "ValidatingAdmissionPolicy", "fusebox-circuitbreaker-overridden-by", &audit)
+	if rules := audit.Spec.MatchConstraints.ResourceRules; audit.Spec.FailurePolicy == nil || *audit.Spec.FailurePolicy != admissionregistrationv1.Fail ||
+		len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"circuitbreakers"}) {
+		t.Errorf("audit policy: failurePolicy %v matches %+v, want Fail on circuitbreakers only", audit.Spec.FailurePolicy, rules)
+	}
+	var auditBinding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "fusebox-circuitbreaker-overridden-by", &auditBinding)
+	if auditBinding.Spec.PolicyName != audit.Name || !slices.Equal(auditBinding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("audit binding: policyName %q actions %v, want %q and Deny", auditBinding.Spec.PolicyName, auditBinding.Spec.ValidationActions, audit.Name)
 	}
 
 	var dep appsv1.Deployment

@@ -75,6 +75,12 @@ type KeySummary struct {
 // again; a test of api/v1alpha1 holds the two together.
 const MaxWorstKeys = breaker.SummaryWorstKeys
 
+// MaxKeyCount bounds each count of a KeySummary: the BreakerReport schema refuses a
+// higher one. No real Group holds that many keys, and the operator's sums over the pods
+// of a fleet stay inside int32 up to 5,000 pods at this bound; a reporter saturates its
+// counts here.
+const MaxKeyCount = 400_000
+
 // Time is a timestamp written in RFC 3339 with exactly three fractional digits,
 // so that equal times are equal strings and a fleet's shared open period does
 // not move by up to a second on every pod that adopts it (whole seconds, as

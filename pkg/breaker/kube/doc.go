@@ -33,8 +33,9 @@
 // of it has stopped.
 //
 // The pod needs read access to the ConfigMap and write access to breakerreports (the
-// fusebox-breaker-client ClusterRole), and its name, namespace and, preferably, UID from the
-// downward API ([FromEnvironment] reads POD_NAME, POD_NAMESPACE and POD_UID; without the
-// UID the agent reads its Pod once, which needs get on pods). The API server lets a pod
-// write no report but its own (a ValidatingAdmissionPolicy shipped in config/policy).
+// fusebox-breaker-client ClusterRole), and its name, namespace and UID from the downward
+// API ([FromEnvironment] reads POD_NAME, POD_NAMESPACE and POD_UID; the role gives no
+// access to Pods, so the UID its report is owned by comes from POD_UID). The API server
+// lets a pod write no report but its own (a ValidatingAdmissionPolicy shipped in
+// config/policy).
 package kube

@@ -26,9 +26,9 @@ func Example() {
 		Config:    cfg,
 		Namespace: "shop",            // os.Getenv("POD_NAMESPACE")
 		Pod:       "web-7d9f8-x2x4q", // os.Getenv("POD_NAME")
-		// os.Getenv("POD_UID"): the Pod its report is owned by. Empty, the agent reads
-		// its Pod once to learn it.
-		PodUID: "",
+		// os.Getenv("POD_UID"): the Pod its report is owned by (the downward API's
+		// metadata.uid; the pod has no access to Pods to read it).
+		PodUID: "3f1c9a52-7d4e-4b0a-9c2d-1e8f6a5b7c90",
 	})
 	if err != nil {
 		log.Fatal(err)

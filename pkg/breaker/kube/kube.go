@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,8 +34,11 @@ type Options struct {
 	// Pod is the pod's name: the name of its BreakerReport. Required with Config.
 	Pod string
 	// PodUID is the pod's UID (downward API metadata.uid, POD_UID), which its report is
-	// owned by. Optional: when empty the agent reads its Pod once to learn it, which needs
-	// get on pods.
+	// owned by: the API server refuses a report owned by another UID than the pod's
+	// token carries. Set it: [OptionsFromEnvironment] requires POD_UID to report, and
+	// the fusebox-breaker-client role has no access to Pods. When it is empty the agent
+	// tries to read its Pod once to learn it, which needs get on pods; without that, the
+	// report is refused and the agent's log and Stats say to set POD_UID.
 	PodUID string
 	// ConfigDir, when set, is where the fusebox-breakers ConfigMap is mounted as a volume;
 	// the config is read from there instead of through the API, for pods that may not read
@@ -260,11 +264,14 @@ func FromEnvironment(ctx context.Context) (*breaker.Registry, error) {
 }
 
 // OptionsFromEnvironment builds Options for a pod: its name, namespace and UID from
-// POD_NAME, POD_NAMESPACE and POD_UID (set them with the downward API; the UID is
-// optional), and the in-cluster API config.
+// POD_NAME, POD_NAMESPACE and POD_UID (set them with the downward API, fieldRef
+// metadata.name, metadata.namespace and metadata.uid, as the injection webhook does),
+// and the in-cluster API config. The pod never reads its Pod: the UID comes from
+// POD_UID alone.
 // With FUSEBOX_CONFIG_DIR set, the config is read from that directory instead (the
 // ConfigMap mounted as a volume), and states are reported only if the pod also has an
-// in-cluster config and both variables; otherwise reporting is off, and Start logs why.
+// in-cluster config and all three variables; otherwise reporting is off, and Start logs
+// why.
 func OptionsFromEnvironment() (Options, error) {
 	o := Options{
 		Pod:       os.Getenv(EnvPodName),
@@ -279,10 +286,13 @@ func OptionsFromEnvironment() (Options, error) {
 	if o.Namespace == "" {
 		missing = append(missing, EnvNamespace)
 	}
+	if o.PodUID == "" {
+		missing = append(missing, EnvPodUID)
+	}
 	cfg, cfgErr := rest.InClusterConfig()
 	if o.ConfigDir == "" {
 		if len(missing) > 0 {
-			return Options{}, fmt.Errorf("kube: %s not set: expose them with the downward API (fieldRef metadata.name and metadata.namespace), or set %s to read a mounted ConfigMap instead", joinNames(missing), EnvConfigDir)
+			return Options{}, fmt.Errorf("kube: %s not set: expose them with the downward API (fieldRef metadata.name, metadata.namespace and metadata.uid; the injection webhook sets all three), or set %s to read a mounted ConfigMap instead", joinNames(missing), EnvConfigDir)
 		}
 		if cfgErr != nil {
 			return Options{}, fmt.Errorf("kube: no in-cluster API config (%w); set %s to read a mounted ConfigMap instead", cfgErr, EnvConfigDir)
@@ -291,10 +301,10 @@ func OptionsFromEnvironment() (Options, error) {
 		return o, nil
 	}
 	switch {
-	case cfgErr != nil:
-		o.whyNoReport = fmt.Sprintf("no in-cluster API config (%v)", cfgErr)
 	case len(missing) > 0:
 		o.whyNoReport = joinNames(missing) + " not set"
+	case cfgErr != nil:
+		o.whyNoReport = fmt.Sprintf("no in-cluster API config (%v)", cfgErr)
 	default:
 		o.Config = cfg
 	}
@@ -305,5 +315,5 @@ func joinNames(names []string) string {
 	if len(names) == 1 {
 		return names[0] + " is"
 	}
-	return fmt.Sprintf("%s and %s are", names[0], names[1])
+	return fmt.Sprintf("%s and %s are", strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }

@@ -147,11 +147,23 @@ func TestOptionsFromEnvironment(t *testing.T) {
 
 	t.Setenv(EnvConfigDir, "")
 	t.Setenv(EnvNamespace, "shop")
+	t.Setenv(EnvPodUID, "0d3c7a52-5a4b-4d5e-9a1c-6f2e8b7c9d01")
 	t.Setenv(EnvPodName, "")
 	if _, err := OptionsFromEnvironment(); err == nil || !strings.Contains(err.Error(), "POD_NAME is not set") {
 		t.Errorf("without POD_NAME: %v", err)
 	}
 	t.Setenv(EnvPodName, "web-1")
+	t.Setenv(EnvPodUID, "")
+	// The pod learns its UID from the downward API only: it has no access to Pods.
+	if _, err := OptionsFromEnvironment(); err == nil || !strings.Contains(err.Error(), "POD_UID is not set") || !strings.Contains(err.Error(), "metadata.uid") {
+		t.Errorf("without POD_UID: %v", err)
+	}
+	t.Setenv(EnvPodName, "")
+	if _, err := OptionsFromEnvironment(); err == nil || !strings.Contains(err.Error(), "POD_NAME and POD_UID are not set") {
+		t.Errorf("without POD_NAME and POD_UID: %v", err)
+	}
+	t.Setenv(EnvPodName, "web-1")
+	t.Setenv(EnvPodUID, "0d3c7a52-5a4b-4d5e-9a1c-6f2e8b7c9d01")
 	if _, err := OptionsFromEnvironment(); err == nil || !strings.Contains(err.Error(), "in-cluster") {
 		t.Errorf("without in-cluster config: %v", err)
 	}
@@ -163,6 +175,15 @@ func TestOptionsFromEnvironment(t *testing.T) {
 	}
 	if o.ConfigDir != "/etc/fusebox" || o.Config != nil || !strings.Contains(o.whyNoReport, "in-cluster") {
 		t.Errorf("file source without API access: %+v", o)
+	}
+	// Without POD_UID, a pod that reads the mounted config runs its breakers and does not
+	// report, saying why.
+	t.Setenv(EnvPodUID, "")
+	if o, err = OptionsFromEnvironment(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Config != nil || o.whyNoReport != "POD_UID is not set" {
+		t.Errorf("file source without POD_UID: %+v, want reporting off because POD_UID is not set", o)
 	}
 }
 

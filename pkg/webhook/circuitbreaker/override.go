@@ -127,8 +127,9 @@ func sameOverride(oldRaw []byte, obj object) bool {
 }
 
 // validateOverride refuses an override that would hold nothing or hold too long: an until
-// not after now, or more than MaxOverrideDuration ahead, and a reason that is blank. The
-// schema refuses a missing field and a reason over 256 characters.
+// not after now, or more than MaxOverrideDuration ahead, a mode other than ForcedOpen or
+// ForcedClosed, and a reason that is blank. The schema refuses a missing field and a
+// reason over 256 characters.
 //
 // With old set (an update), an override the update leaves as it was is not judged: an
 // override that ran out stays in the object, and the object must stay editable.
@@ -137,6 +138,11 @@ func validateOverride(o, old *resiliencev1alpha1.Override, now time.Time, path *
 		return nil
 	}
 	var errs field.ErrorList
+	// The schema's enum says the same; this holds for a CRD installed before it did.
+	if o.Mode != resiliencev1alpha1.ModeForcedOpen && o.Mode != resiliencev1alpha1.ModeForcedClosed {
+		errs = append(errs, field.NotSupported(path.Child("mode"), o.Mode,
+			[]resiliencev1alpha1.Mode{resiliencev1alpha1.ModeForcedOpen, resiliencev1alpha1.ModeForcedClosed}))
+	}
 	until := o.Until.Time
 	latest := now.Add(resiliencev1alpha1.MaxOverrideDuration)
 	switch {

@@ -41,6 +41,10 @@ func TestValidateOverride(t *testing.T) {
 		{"no until", &resiliencev1alpha1.Override{Mode: resiliencev1alpha1.ModeForcedOpen, Reason: "INC-1"}, []string{"spec.override.until"}, "Required"},
 		{"blank reason", override(time.Hour, " \t"), []string{"spec.override.reason"}, "say why"},
 		{"empty reason and past until", override(-time.Hour, ""), []string{"spec.override.until", "spec.override.reason"}, ""},
+		{"mode Enforce", &resiliencev1alpha1.Override{Mode: resiliencev1alpha1.ModeEnforce, Until: metav1.NewTime(now.Add(time.Hour)), Reason: "INC-1"},
+			[]string{"spec.override.mode"}, `supported values: "ForcedOpen", "ForcedClosed"`},
+		{"mode MetricsOnly", &resiliencev1alpha1.Override{Mode: resiliencev1alpha1.ModeMetricsOnly, Until: metav1.NewTime(now.Add(time.Hour)), Reason: "INC-1"},
+			[]string{"spec.override.mode"}, `supported values: "ForcedOpen", "ForcedClosed"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := v.ValidateCreate(context.Background(), withOverride(tc.o))

@@ -9,8 +9,8 @@
 //     kubelet fills the volume in once one does);
 //   - in every container, and in every sidecar init container (restartPolicy
 //     Always), that volume mounted read-only at /etc/fusebox and the
-//     environment FUSEBOX_CONFIG_DIR=/etc/fusebox, POD_NAME and POD_NAMESPACE
-//     (downward API). Plain init containers run to completion before the
+//     environment FUSEBOX_CONFIG_DIR=/etc/fusebox, POD_NAME, POD_NAMESPACE and
+//     POD_UID (downward API). Plain init containers run to completion before the
 //     application starts and are left alone.
 //
 // The webhook never replaces what the pod already has: a volume, a mount at
