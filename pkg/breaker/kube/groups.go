@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"math"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
@@ -38,7 +37,7 @@ func (m *member) setSummary(s breaker.GroupSummary, forced bool) {
 	}
 	m.state, m.since = s.State, wireTime(s.Since)
 	m.group = true
-	m.keys, m.open, m.halfOpen = clamp32(s.Keys), clamp32(s.Open), clamp32(s.HalfOpen)
+	m.keys, m.open, m.halfOpen = clampKeys(s.Keys), clampKeys(s.Open), clampKeys(s.HalfOpen)
 	m.worst = [breakerconfig.MaxWorstKeys]string{}
 	m.nWorst = min(len(s.Worst), breakerconfig.MaxWorstKeys)
 	for i := range m.nWorst {
@@ -49,7 +48,9 @@ func (m *member) setSummary(s breaker.GroupSummary, forced bool) {
 // maxWorstKey leaves room under the schema's bound (253 characters) on a key in worst.
 const maxWorstKey = 250
 
-func clamp32(n int) int32 { return int32(min(n, math.MaxInt32)) }
+// clampKeys keeps a Group's count inside the schema's bound, so that a Group grown past
+// it (it may, when every member is open) still gets its report accepted.
+func clampKeys(n int) int32 { return int32(min(n, breakerconfig.MaxKeyCount)) }
 
 // refreshGroups brings the entries of Groups up to date with their summaries. Summary
 // may deliver transitions to OnTransition, so it runs without r.mu.
