@@ -58,6 +58,11 @@ func TestDashboardInChromium(t *testing.T) {
 	createBreaker(t, ns, "recommendations", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
 		s.Mode = resiliencev1alpha1.ModeMetricsOnly
 	})
+	// Held open by its spec, before any pod runs it: what every pod will do is
+	// known, so the card says that rather than "No reports".
+	createBreaker(t, ns, "legacy-billing", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
+		s.Mode = resiliencev1alpha1.ModeForcedOpen
+	})
 	setOverride(t, ns, "search", resiliencev1alpha1.ModeForcedClosed, time.Now().Add(45*time.Minute), "INC-4211: search index rebuild, errors expected")
 	// The override made search's generation 2; the pods run it.
 	searchClosed := entry("search", resiliencev1alpha1.StateClosed, "Forced")
@@ -131,6 +136,18 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if held := text(card("search") + ` [data-role="override"]`); !strings.Contains(held, "Held closed") || !strings.Contains(held, "left") || !strings.Contains(held, "INC-4211") {
 		t.Errorf("search's override box says %q", held)
+	}
+	// Forced modes, by spec or by override, are drawn as what they are.
+	waitVisible("legacy-billing shows its forced mode", card("legacy-billing")+`.forced[data-mode="ForcedOpen"][data-state="Unknown"]`)
+	if state := text(card("legacy-billing") + ` [data-role="state"]`); state != "Forced open" {
+		t.Errorf("legacy-billing (ForcedOpen, no reports): state badge %q, want Forced open", state)
+	}
+	waitVisible("search shows its override's mode", card("search")+`.forced[data-mode="ForcedClosed"][data-state="Closed"]`)
+	if state, forced := text(card("search")+` [data-role="state"]`), text(card("search")+` [data-role="forced"]`); state != "Closed" || forced != "Forced closed" {
+		t.Errorf("search (override ForcedClosed, pods Closed): state %q, forced %q; want Closed, Forced closed", state, forced)
+	}
+	if cls, err := chromedp.Run(within, chromedp.AttributeValue(card("payments-api"), "class")); err != nil || strings.Contains(cls.Value, "forced") {
+		t.Errorf("payments-api (Enforce): class %q (%v), want no forced mark", cls.Value, err)
 	}
 
 	// A pod trips: its report says Open, the operator opens the resource, the

@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -72,11 +74,7 @@ func (o *Options) statusAll(ctx context.Context, c client.Client, p printers.Res
 		return err
 	}
 	if p != nil {
-		// The name printer (and a reader of the items) wants each item's kind.
-		for i := range list.Items {
-			list.Items[i].SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
-		}
-		return p.PrintObj(&list, o.Out)
+		return printList(p, &list, o.Out)
 	}
 	if len(list.Items) == 0 {
 		if ns == "" {
@@ -275,4 +273,21 @@ func notFound(err error, ns, name string) error {
 		return fmt.Errorf("circuitbreaker %q not found in namespace %q", name, ns)
 	}
 	return err
+}
+
+// printList prints list with p as kubectl get does: as an unstructured list
+// whose every item carries its kind, which is what the name printer takes
+// (it refuses typed lists) and what a reader of the items wants.
+func printList(p printers.ResourcePrinter, list *resiliencev1alpha1.CircuitBreakerList, w io.Writer) error {
+	list.SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreakerList"))
+	for i := range list.Items {
+		list.Items[i].SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(list)
+	if err != nil {
+		return err
+	}
+	var u unstructured.UnstructuredList
+	u.SetUnstructuredContent(content)
+	return p.PrintObj(&u, w)
 }
