@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 // row finds the table line that starts with name (after the namespace, with -A).
@@ -283,7 +284,7 @@ func TestWatchShowsStateChange(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() { done <- start(ctx, &out, &errOut, "-n", ns, "watch") }()
 	closedRow := regexp.MustCompile(`(?m)^orders\s+Closed\s+Enforce\s+-\s+-\s+0/0/1\s`)
@@ -318,7 +319,7 @@ func TestWatchShowsStateChange(t *testing.T) {
 
 func TestWatchHighlightsOnATerminal(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	v := &watchView{o: &Options{Now: func() time.Time { return now }}, ns: "shop", color: true, breakers: map[string]Breaker{}, changed: map[string]stateChange{}, ready: true}
 	v.o.Out = &out
 	v.set(Breaker{Namespace: "shop", Name: "a", State: "Closed", Mode: "Enforce", SpecMode: "Enforce", Scope: "Pod"}, now)
