@@ -45,6 +45,7 @@ type SyncBuffer struct {
 	buf bytes.Buffer
 }
 
+// Write appends p; it never fails.
 func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
