@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -63,6 +64,10 @@ func listWatch(c client.WithWatch, newList func() client.ObjectList, opts client
 func (f *follower) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The informer logs through the context's logger, by default klog on the
+	// user's terminal, even as it stops; what the user needs to know reaches
+	// lost instead.
+	ctx = logr.NewContext(ctx, logr.Discard())
 	lost := make(chan struct{}, 1)
 	lw := &watchStarts{ListerWatcher: f.lw, started: func() {
 		select {
