@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +30,7 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/controller"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
@@ -109,7 +108,7 @@ func TestDeployAndRun(t *testing.T) {
 		t.Setenv(e.Name, downwardValue(t, pod, e))
 	}
 
-	var out, logs lockedBuffer
+	var out, logs testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, &out, func(ctx context.Context) (*breaker.Registry, error) {
@@ -129,7 +128,7 @@ func TestDeployAndRun(t *testing.T) {
 	// and recovers, on the pod's report and on the CircuitBreaker's status alike.
 	var report resiliencev1alpha1.BreakerReport
 	for _, want := range []resiliencev1alpha1.State{resiliencev1alpha1.StateClosed, resiliencev1alpha1.StateOpen, resiliencev1alpha1.StateClosed} {
-		eventually(t, 60*time.Second, func() error {
+		testutil.Eventually(t, 60*time.Second, "the pod reports "+string(want), func() error {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &report); err != nil {
 				return err
 			}
@@ -147,7 +146,7 @@ func TestDeployAndRun(t *testing.T) {
 			}
 			return fmt.Errorf("the report has no entry for %s: %+v", breakerName, report.Breakers)
 		})
-		eventually(t, 60*time.Second, func() error {
+		testutil.Eventually(t, 60*time.Second, "the CircuitBreaker shows "+string(want), func() error {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(&cb), &cb); err != nil {
 				return err
 			}
@@ -185,7 +184,7 @@ func TestDeployAndRun(t *testing.T) {
 // environment, and reaches envtest's API server as the pod's service account token would
 // (rest.InClusterConfig reads the token and the server's address from files and
 // variables only a real pod has).
-func connectAsPod(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, logs *lockedBuffer) (*breaker.Registry, error) {
+func connectAsPod(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, logs *testutil.SyncBuffer) (*breaker.Registry, error) {
 	c := rest.CopyConfig(cfg)
 	sa := pod.Spec.ServiceAccountName
 	c.Impersonate = rest.ImpersonationConfig{
@@ -262,41 +261,9 @@ func installBreakerClientRole(ctx context.Context, t *testing.T, k8s client.Clie
 	must(t, k8s.Create(ctx, &role))
 }
 
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %v: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -5,16 +5,12 @@ package localcluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -115,52 +111,22 @@ func (c *Cluster) Stop() error {
 }
 
 // Apply creates or updates (server-side apply) every object in the YAML
-// files of dir, skipping kustomization files.
+// files of dir, skipping kustomization files; an object that names no
+// namespace goes to default, as kubectl apply would put it.
 func Apply(ctx context.Context, cl client.Client, dir string) ([]string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	objs, err := testenv.ReadManifests(dir)
 	if err != nil {
 		return nil, err
 	}
 	var applied []string
-	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
-		objs, err := readObjects(f)
-		if err != nil {
-			return applied, err
-		}
-		for _, u := range objs {
-			if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("fusebox-local"), client.ForceOwnership); err != nil {
-				return applied, fmt.Errorf("apply %s %s from %s: %w", u.GetKind(), u.GetName(), f, err)
-			}
-			applied = append(applied, fmt.Sprintf("%s/%s", strings.ToLower(u.GetKind()), u.GetName()))
-		}
-	}
-	return applied, nil
-}
-
-func readObjects(path string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return out, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
+	for _, u := range objs {
 		if u.GetNamespace() == "" {
 			u.SetNamespace("default")
 		}
-		out = append(out, u)
+		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("fusebox-local"), client.ForceOwnership); err != nil {
+			return applied, fmt.Errorf("apply %s %s from %s: %w", u.GetKind(), u.GetName(), dir, err)
+		}
+		applied = append(applied, fmt.Sprintf("%s/%s", strings.ToLower(u.GetKind()), u.GetName()))
 	}
+	return applied, nil
 }

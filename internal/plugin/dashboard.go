@@ -84,7 +84,11 @@ func (o *Options) dashboard(ctx context.Context, address string) error {
 		}
 	}()
 
-	srv := &http.Server{Handler: h.handler(), ReadHeaderTimeout: 10 * time.Second}
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: onlyLoopbackHost(port, h.handler()), ReadHeaderTimeout: 10 * time.Second}
 	go func() { errc <- srv.Serve(ln) }()
 	where := "namespace " + ns
 	if ns == "" {
@@ -141,26 +145,22 @@ func newHub(ns string, now func() time.Time) *hub {
 
 func (h *hub) followBreakers(ctx context.Context, c client.WithWatch) error {
 	f := &follower{
-		c:       c,
-		newList: func() client.ObjectList { return &resiliencev1alpha1.CircuitBreakerList{} },
-		opts:    client.ListOptions{Namespace: h.ns},
-		reset: func(items []runtime.Object) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			now := h.now()
-			h.breakers = make(map[string]Breaker, len(items))
-			for _, obj := range items {
-				if cb, ok := obj.(*resiliencev1alpha1.CircuitBreaker); ok {
-					h.breakers[cb.Namespace+"/"+cb.Name] = breakerView(cb, now)
-				}
-			}
-			h.stale = ""
-			h.broadcastLocked(h.snapshotLocked())
-		},
-		apply: h.applyBreaker,
-		lost:  h.lost,
+		lw:      listWatch(c, func() client.ObjectList { return &resiliencev1alpha1.CircuitBreakerList{} }, client.ListOptions{Namespace: h.ns}),
+		example: &resiliencev1alpha1.CircuitBreaker{},
+		apply:   h.applyBreaker,
+		lost:    h.lost,
+		current: h.current,
 	}
 	return f.run(ctx)
+}
+
+// current tells the browsers their view is whole again: a fresh snapshot,
+// with no word of being behind.
+func (h *hub) current() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stale = ""
+	h.broadcastLocked(h.snapshotLocked())
 }
 
 // applyBreaker applies one change of a CircuitBreaker and sends it out.
@@ -184,28 +184,9 @@ func (h *hub) applyBreaker(t watch.EventType, obj runtime.Object) {
 
 func (h *hub) followEvents(ctx context.Context, c client.WithWatch) error {
 	f := &follower{
-		c:       c,
-		newList: func() client.ObjectList { return &corev1.EventList{} },
-		opts:    client.ListOptions{Namespace: h.ns, FieldSelector: fields.SelectorFromSet(fields.Set(eventSelector("")))},
-		reset: func(items []runtime.Object) {
-			var ts []Transition
-			for _, obj := range items {
-				if e, ok := obj.(*corev1.Event); ok {
-					if t, ok := transitionOf(e); ok {
-						ts = append(ts, t)
-					}
-				}
-			}
-			sortTransitions(ts)
-			if len(ts) > timelineLength {
-				ts = ts[len(ts)-timelineLength:]
-			}
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.timeline = ts
-			h.stale = ""
-			h.broadcastLocked(h.snapshotLocked())
-		},
+		lw: listWatch(c, func() client.ObjectList { return &corev1.EventList{} },
+			client.ListOptions{Namespace: h.ns, FieldSelector: fields.SelectorFromSet(fields.Set(eventSelector("")))}),
+		example: &corev1.Event{},
 		apply: func(typ watch.EventType, obj runtime.Object) {
 			e, ok := obj.(*corev1.Event)
 			if !ok || typ == watch.Deleted {
@@ -221,7 +202,8 @@ func (h *hub) followEvents(ctx context.Context, c client.WithWatch) error {
 			h.addTransitionLocked(t)
 			h.broadcastLocked(encode("transition", t))
 		},
-		lost: h.lost,
+		lost:    h.lost,
+		current: h.current,
 	}
 	return f.run(ctx)
 }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 // screenshotEnv names where TestDashboardInChromium saves its screenshot
@@ -58,6 +60,11 @@ func TestDashboardInChromium(t *testing.T) {
 	createBreaker(t, ns, "recommendations", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
 		s.Mode = resiliencev1alpha1.ModeMetricsOnly
 	})
+	// Held open by its spec, before any pod runs it: what every pod will do is
+	// known, so the card says that rather than "No reports".
+	createBreaker(t, ns, "legacy-billing", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
+		s.Mode = resiliencev1alpha1.ModeForcedOpen
+	})
 	setOverride(t, ns, "search", resiliencev1alpha1.ModeForcedClosed, time.Now().Add(45*time.Minute), "INC-4211: search index rebuild, errors expected")
 	// The override made search's generation 2; the pods run it.
 	searchClosed := entry("search", resiliencev1alpha1.StateClosed, "Forced")
@@ -73,7 +80,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	served := make(chan error, 1)
 	go func() { served <- start(ctx, &out, &errOut, "-n", ns, "dashboard") }()
 	var url string
@@ -103,14 +110,22 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	within, cancelWithin := context.WithTimeout(browserCtx, 2*wait)
 	defer cancelWithin()
-	text := func(sel string) string {
+	// The page redraws its cards every second: a node found by one DevTools
+	// call may be gone by the next, so a property is read in one evaluation.
+	property := func(sel, prop string) string {
 		t.Helper()
-		s, err := chromedp.Run(within, chromedp.Text(sel))
+		quoted, err := json.Marshal(sel)
 		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
+			t.Fatal(err)
+		}
+		s, err := chromedp.Run(within, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%s) || {}).%s ?? ""`, quoted, prop)))
+		if err != nil {
+			t.Fatalf("%s of %s: %v", prop, sel, err)
 		}
 		return s
 	}
+	text := func(sel string) string { t.Helper(); return property(sel, "innerText") }
+	class := func(sel string) string { t.Helper(); return property(sel, "className") }
 	waitVisible := func(what, sel string) {
 		t.Helper()
 		if err := chromedp.Do(within, chromedp.WaitVisible(sel)); err != nil {
@@ -131,6 +146,18 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if held := text(card("search") + ` [data-role="override"]`); !strings.Contains(held, "Held closed") || !strings.Contains(held, "left") || !strings.Contains(held, "INC-4211") {
 		t.Errorf("search's override box says %q", held)
+	}
+	// Forced modes, by spec or by override, are drawn as what they are.
+	waitVisible("legacy-billing shows its forced mode", card("legacy-billing")+`.forced[data-mode="ForcedOpen"][data-state="Unknown"]`)
+	if state := text(card("legacy-billing") + ` [data-role="state"]`); state != "Forced open" {
+		t.Errorf("legacy-billing (ForcedOpen, no reports): state badge %q, want Forced open", state)
+	}
+	waitVisible("search shows its override's mode", card("search")+`.forced[data-mode="ForcedClosed"][data-state="Closed"]`)
+	if state, forced := text(card("search")+` [data-role="state"]`), text(card("search")+` [data-role="forced"]`); state != "Closed" || forced != "Forced closed" {
+		t.Errorf("search (override ForcedClosed, pods Closed): state %q, forced %q; want Closed, Forced closed", state, forced)
+	}
+	if cls := class(card("payments-api")); cls == "" || strings.Contains(cls, "forced") {
+		t.Errorf("payments-api (Enforce): class %q, want a card with no forced mark", cls)
 	}
 
 	// A pod trips: its report says Open, the operator opens the resource, the

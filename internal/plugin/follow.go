@@ -3,119 +3,148 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// follower keeps a view of a set of objects current: it lists them, hands the
-// whole list to reset, then watches from the list's resourceVersion and hands
-// each change to apply. When the watch ends (the server's timeout, 410 Gone,
-// a broken connection) it lists again, so a reset after a gap loses nothing.
+// follower keeps a view of a set of objects current. It runs a client-go
+// informer rather than a list+watch loop of its own: the informer's reflector
+// already resumes a watch the server ended, lists again when the
+// resourceVersion it held has expired (410 Gone) or is too large for a
+// restarted server, backs off between failures, and turns what changed
+// across the gap into adds, updates and deletes.
 type follower struct {
-	c       client.WithWatch
-	newList func() client.ObjectList
-	opts    client.ListOptions
-	reset   func(items []runtime.Object)
+	// lw lists and watches the objects; listWatch builds it from a client.
+	lw cache.ListerWatcher
+	// example is an object of the kind followed (the informer's type check).
+	example runtime.Object
 	apply   func(watch.EventType, runtime.Object)
-	// lost is told why the view went stale; it is current again at the next reset.
+	// lost is told why the view may be behind the cluster.
 	lost func(error)
+	// current is called once the view holds every object: after the first
+	// list, and again each time a watch starts after one was lost.
+	current func()
 }
 
-// maxRelistDelay caps the wait between failed lists.
-const maxRelistDelay = 10 * time.Second
-
-// run follows until ctx ends. An error of the first list (no such resource,
-// no permission) is returned at once; later ones are retried.
-func (f *follower) run(ctx context.Context) error {
-	delay := 500 * time.Millisecond
-	first := true
-	for ctx.Err() == nil {
-		rv, err := f.list(ctx)
-		if err != nil {
-			if first || ctx.Err() != nil {
-				return err
-			}
-			f.lost(err)
-			if !sleep(ctx, delay) {
-				break
-			}
-			delay = min(2*delay, maxRelistDelay)
-			continue
+// listWatch lists and watches newList's kind with c, within opts (a
+// namespace, a field selector).
+func listWatch(c client.WithWatch, newList func() client.ObjectList, opts client.ListOptions) *cache.ListWatch {
+	with := func(raw metav1.ListOptions) *client.ListOptions {
+		o := opts
+		if o.FieldSelector != nil {
+			raw.FieldSelector = o.FieldSelector.String()
 		}
-		first, delay = false, 500*time.Millisecond
-		if err := f.watch(ctx, rv); err != nil && ctx.Err() == nil {
-			f.lost(err)
-			sleep(ctx, delay)
+		// controller-runtime copies Limit and Continue over the raw options
+		// of a list: carry the reflector's paging through them.
+		o.Limit, o.Continue, o.FieldSelector, o.Raw = raw.Limit, raw.Continue, nil, &raw
+		return &o
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, raw metav1.ListOptions) (runtime.Object, error) {
+			list := newList()
+			if err := c.List(ctx, list, with(raw)); err != nil {
+				return nil, err
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, raw metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, newList(), with(raw))
+		},
+	}
+}
+
+// run follows until ctx ends. An error before the first complete list (no
+// such resource, no permission) is returned at once; later ones are the
+// informer's to retry, and lost hears of them.
+func (f *follower) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The informer logs through the context's logger, by default klog on the
+	// user's terminal, even as it stops; what the user needs to know reaches
+	// lost instead.
+	ctx = logr.NewContext(ctx, logr.Discard())
+	lost := make(chan struct{}, 1)
+	lw := &watchStarts{ListerWatcher: f.lw, started: func() {
+		select {
+		case <-lost:
+			f.current()
+		default:
+		}
+	}}
+	informer := cache.NewSharedIndexInformerWithOptions(lw, f.example, cache.SharedIndexInformerOptions{})
+	firstErr := make(chan error, 1)
+	if err := informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if !informer.HasSynced() {
+			select {
+			case firstErr <- err:
+			default:
+			}
+			return
+		}
+		select {
+		case lost <- struct{}{}:
+		default:
+		}
+		f.lost(err)
+	}); err != nil {
+		return err
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { f.applyObject(watch.Added, obj) },
+		UpdateFunc: func(_, obj any) { f.applyObject(watch.Modified, obj) },
+		DeleteFunc: func(obj any) {
+			// A delete missed during a gap comes as its last known state.
+			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			f.applyObject(watch.Deleted, obj)
+		},
+	}); err != nil {
+		return err
+	}
+	go informer.RunWithContext(ctx)
+
+	synced := make(chan bool, 1)
+	go func() { synced <- cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) }()
+	select {
+	case err := <-firstErr:
+		return fmt.Errorf("listing: %w", err)
+	case ok := <-synced:
+		if !ok {
+			return nil // ctx ended first
 		}
 	}
+	f.current()
+	<-ctx.Done()
 	return nil
 }
 
-func (f *follower) list(ctx context.Context) (string, error) {
-	list := f.newList()
-	opts := f.opts
-	if err := f.c.List(ctx, list, &opts); err != nil {
-		return "", err
-	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return "", err
-	}
-	f.reset(items)
-	return list.GetResourceVersion(), nil
-}
-
-// watch applies changes from rv on until the watch ends; nil when the server
-// ended it in the ordinary way.
-func (f *follower) watch(ctx context.Context, rv string) error {
-	opts := f.opts
-	raw := metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}
-	if opts.Raw != nil {
-		raw = *opts.Raw
-		raw.ResourceVersion, raw.AllowWatchBookmarks = rv, true
-	}
-	opts.Raw = &raw
-	w, err := f.c.Watch(ctx, f.newList(), &opts)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil
-			}
-			switch ev.Type {
-			case watch.Bookmark:
-			case watch.Error:
-				if status := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(status) || apierrors.IsGone(status) {
-					return nil
-				}
-				return fmt.Errorf("watch: %v", apierrors.FromObject(ev.Object))
-			default:
-				f.apply(ev.Type, ev.Object)
-			}
-		}
+func (f *follower) applyObject(t watch.EventType, obj any) {
+	if o, ok := obj.(runtime.Object); ok {
+		f.apply(t, o)
 	}
 }
 
-// sleep waits d; false when ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+// watchStarts tells started each time a watch is established, which is when
+// a view that was lost is being caught up again.
+type watchStarts struct {
+	cache.ListerWatcher
+	started func()
+}
+
+func (w *watchStarts) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	wi, err := cache.ToListerWatcherWithContext(w.ListerWatcher).WatchWithContext(ctx, opts)
+	if err == nil {
+		w.started()
 	}
+	return wi, err
+}
+
+func (w *watchStarts) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return cache.ToListerWatcherWithContext(w.ListerWatcher).ListWithContext(ctx, opts)
 }

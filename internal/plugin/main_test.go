@@ -1,14 +1,12 @@
 package plugin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +30,7 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/controller"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
@@ -121,35 +120,17 @@ func needEnv(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer a command writes while a test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // kubectlFusebox runs the plugin with args, as `kubectl fusebox args...` on
 // the envtest cluster would, and returns what it printed.
 func kubectlFusebox(ctx context.Context, args ...string) (stdout, stderr string, err error) {
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	err = start(ctx, &out, &errOut, args...)
 	return out.String(), errOut.String(), err
 }
 
 // start runs the plugin with its output going to out and errOut, until it
 // returns or ctx ends.
-func start(ctx context.Context, out, errOut *syncBuffer, args ...string) error {
+func start(ctx context.Context, out, errOut *testutil.SyncBuffer, args ...string) error {
 	cmd := NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut})
 	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
 	return cmd.ExecuteContext(ctx)
@@ -158,17 +139,7 @@ func start(ctx context.Context, out, errOut *syncBuffer, args ...string) error {
 // eventually polls cond until it returns nil or wait passes.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, wait, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, wait, what, cond)
 }
 
 func newNamespace(t *testing.T, name string) string {

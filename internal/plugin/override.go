@@ -39,7 +39,7 @@ who set the override in the annotation %s.`, held, duration.HumanDuration(resili
 			return o.setOverride(cmd.Context(), args[0], mode, hold, reason)
 		},
 	}
-	cmd.Flags().DurationVar(&hold, "for", 0, fmt.Sprintf("How long to hold the circuit %s, such as 15m or 2h (required, at most %s).", held, resiliencev1alpha1.MaxOverrideDuration))
+	cmd.Flags().Var(durationFlag{&hold}, "for", fmt.Sprintf("How long to hold the circuit %s, such as 15m, 2h or 1d12h (required, at most %s).", held, formatDuration(resiliencev1alpha1.MaxOverrideDuration)))
 	cmd.Flags().StringVar(&reason, "reason", "", "Why the circuit is held, for whoever looks during the incident (required, 1 to 256 characters).")
 	return cmd
 }
@@ -48,12 +48,12 @@ who set the override in the annotation %s.`, held, duration.HumanDuration(resili
 func checkOverride(hold time.Duration, reason string) error {
 	switch {
 	case hold == 0:
-		return fmt.Errorf("--for is required: how long to hold the circuit, such as 15m (at most %s)", resiliencev1alpha1.MaxOverrideDuration)
+		return fmt.Errorf("--for is required: how long to hold the circuit, such as 15m or 2d (at most %s)", formatDuration(resiliencev1alpha1.MaxOverrideDuration))
 	case hold < 0:
-		return fmt.Errorf("--for %s: must be positive", hold)
+		return fmt.Errorf("--for %s: must be positive", formatDuration(hold))
 	case hold > resiliencev1alpha1.MaxOverrideDuration:
-		return fmt.Errorf("--for %s: an override lasts at most %s (7 days); set a shorter one and renew it if the incident outlasts it",
-			hold, resiliencev1alpha1.MaxOverrideDuration)
+		return fmt.Errorf("--for %s: an override lasts at most %s; set a shorter one and renew it if the incident outlasts it",
+			formatDuration(hold), formatDuration(resiliencev1alpha1.MaxOverrideDuration))
 	case strings.TrimSpace(reason) == "":
 		return fmt.Errorf("--reason is required: say why the circuit is held, for whoever looks during the incident")
 	case len(reason) > maxReasonLength:
@@ -99,7 +99,7 @@ func (o *Options) setOverride(ctx context.Context, name string, mode resiliencev
 	if err := c.Patch(ctx, cb, patch); err != nil {
 		return notFound(err, ns, name)
 	}
-	fmt.Fprintf(o.Out, "circuitbreaker/%s held %s until %s (%s): %s\n", name, mode, until.Format(time.RFC3339), hold, reason)
+	fmt.Fprintf(o.Out, "circuitbreaker/%s held %s until %s (%s): %s\n", name, mode, until.Format(time.RFC3339), formatDuration(hold), reason)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 // row finds the table line that starts with name (after the namespace, with -A).
@@ -75,8 +76,38 @@ func TestStatusListsBreakers(t *testing.T) {
 	if len(list.Items) != 2 || list.Kind != "CircuitBreakerList" || list.Items[0].Kind != "CircuitBreaker" {
 		t.Errorf("-o json: kind %q, %d items: %s", list.Kind, len(list.Items), js)
 	}
-	if _, _, err := kubectlFusebox(ctx, "-n", ns, "status", "-o", "wide"); err == nil || !strings.Contains(err.Error(), "want json or yaml") {
-		t.Errorf("-o wide: want an error naming json and yaml, got %v", err)
+	wide, _, err := kubectlFusebox(ctx, "-n", ns, "status", "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^NAME\s+STATE\s+MODE\s+OVERRIDE\s+QUORUM\s+PODS\s+AGE\s+SCOPE\s+REPORTING\s+LATEST CONFIG\s+CONSECUTIVE OPENS\s+OPEN PERIOD\n`).MatchString(wide) {
+		t.Errorf("-o wide header:\n%s", wide)
+	}
+	if got, want := strings.Join(row(t, wide, "beta")[9:], " "), "Fleet 0 0 - -"; got != want {
+		t.Errorf("-o wide beta's extra columns: got %q, want %q", got, want)
+	}
+
+	// kubectl's printers, through cli-runtime's PrintFlags.
+	for _, tc := range []struct{ output, want string }{
+		{"name", "circuitbreaker.resilience.fusebox.dev/alpha\ncircuitbreaker.resilience.fusebox.dev/beta\n"},
+		{`jsonpath={range .items[*]}{.metadata.name}={.status.state};{end}`, "alpha=Open;beta=;"},
+		{`go-template={{range .items}}{{.metadata.name}} {{.spec.scope}}|{{end}}`, "alpha Pod|beta Fleet|"},
+	} {
+		got, _, err := kubectlFusebox(ctx, "-n", ns, "status", "-o", tc.output)
+		if err != nil || got != tc.want {
+			t.Errorf("-o %s: got %q (%v), want %q", tc.output, got, err, tc.want)
+		}
+	}
+	one, _, err := kubectlFusebox(ctx, "-n", ns, "status", "alpha", "-o", "jsonpath={.status.memberCounts.reporting}")
+	if err != nil || one != "2" {
+		t.Errorf("status alpha -o jsonpath: got %q (%v), want 2", one, err)
+	}
+	yml, _, err := kubectlFusebox(ctx, "-n", ns, "status", "beta", "-o", "yaml")
+	if err != nil || !strings.HasPrefix(yml, "apiVersion: resilience.fusebox.dev/v1alpha1\nkind: CircuitBreaker\n") || strings.Contains(yml, "managedFields") {
+		t.Errorf("status beta -o yaml (%v), want the object without managedFields:\n%s", err, yml)
+	}
+	if _, _, err := kubectlFusebox(ctx, "-n", ns, "status", "-o", "table"); err == nil || !strings.Contains(err.Error(), "want wide or one of") || !strings.Contains(err.Error(), "jsonpath") {
+		t.Errorf("-o table: want an error listing the formats, got %v", err)
 	}
 
 	empty := newNamespace(t, "")
@@ -188,13 +219,18 @@ func TestOpenCloseRelease(t *testing.T) {
 		t.Errorf("until %s: want now + 15m, between %s and %s", until, lo, hi)
 	}
 
-	if _, _, err := kubectlFusebox(ctx, "-n", ns, "close", "payments", "--for", "2h", "--reason", "false positives"); err != nil {
+	// Days, as incidents are spoken of.
+	out, _, err = kubectlFusebox(ctx, "-n", ns, "close", "payments", "--for", "1d12h", "--reason", "false positives")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasSuffix(out, " (1d12h): false positives\n") {
+		t.Errorf("close --for 1d12h printed %q", out)
 	}
 	cb := getBreaker(t, ns, "payments")
 	if ov := cb.Spec.Override; ov == nil || ov.Mode != resiliencev1alpha1.ModeForcedClosed || ov.Reason != "false positives" ||
-		time.Until(ov.Until.Time) < 119*time.Minute {
-		t.Errorf("after close: override %+v", ov)
+		time.Until(ov.Until.Time) < 36*time.Hour-time.Minute || time.Until(ov.Until.Time) > 36*time.Hour {
+		t.Errorf("after close: override %+v, want until now + 36h", ov)
 	}
 	if cb.Spec.Mode != resiliencev1alpha1.ModeEnforce {
 		t.Errorf("spec.mode %s: the override must leave it as it was", cb.Spec.Mode)
@@ -222,12 +258,13 @@ func TestOpenCloseRelease(t *testing.T) {
 		{[]string{"open", "payments", "--for", "15m"}, "--reason is required"},
 		{[]string{"open", "payments", "--for", "15m", "--reason", "  "}, "--reason is required"},
 		{[]string{"open", "payments", "--reason", "x"}, "--for is required"},
-		{[]string{"close", "payments", "--for", "169h", "--reason", "x"}, "--for 169h0m0s: an override lasts at most 168h0m0s"},
-		{[]string{"close", "payments", "--for", "-5m", "--reason", "x"}, "--for -5m0s: must be positive"},
+		{[]string{"close", "payments", "--for", "169h", "--reason", "x"}, "--for 7d1h: an override lasts at most 7d"},
+		{[]string{"close", "payments", "--for", "8d", "--reason", "x"}, "--for 8d: an override lasts at most 7d"},
+		{[]string{"close", "payments", "--for", "-5m", "--reason", "x"}, "--for -5m: must be positive"},
 		{[]string{"open", "payments", "--for", "15m", "--reason", strings.Repeat("x", 257)}, "--reason is 257 characters long: at most 256"},
 		{[]string{"open", "nothing", "--for", "15m", "--reason", "x"}, fmt.Sprintf(`circuitbreaker "nothing" not found in namespace %q`, ns)},
 		{[]string{"release", "nothing"}, fmt.Sprintf(`circuitbreaker "nothing" not found in namespace %q`, ns)},
-		{[]string{"open", "payments", "--for", "tomorrow", "--reason", "x"}, `invalid argument "tomorrow" for "--for"`},
+		{[]string{"open", "payments", "--for", "tomorrow", "--reason", "x"}, `invalid argument "tomorrow" for "--for" flag: want a duration such as 15m, 2h, 2d or 1d12h`},
 	} {
 		_, _, err := kubectlFusebox(ctx, append([]string{"-n", ns}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -247,7 +284,7 @@ func TestWatchShowsStateChange(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() { done <- start(ctx, &out, &errOut, "-n", ns, "watch") }()
 	closedRow := regexp.MustCompile(`(?m)^orders\s+Closed\s+Enforce\s+-\s+-\s+0/0/1\s`)
@@ -282,8 +319,8 @@ func TestWatchShowsStateChange(t *testing.T) {
 
 func TestWatchHighlightsOnATerminal(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	var out syncBuffer
-	v := &watchView{o: &Options{Now: func() time.Time { return now }}, ns: "shop", color: true, breakers: map[string]Breaker{}, changed: map[string]stateChange{}}
+	var out testutil.SyncBuffer
+	v := &watchView{o: &Options{Now: func() time.Time { return now }}, ns: "shop", color: true, breakers: map[string]Breaker{}, changed: map[string]stateChange{}, ready: true}
 	v.o.Out = &out
 	v.set(Breaker{Namespace: "shop", Name: "a", State: "Closed", Mode: "Enforce", SpecMode: "Enforce", Scope: "Pod"}, now)
 	v.set(Breaker{Namespace: "shop", Name: "b", State: "Closed", Mode: "Enforce", SpecMode: "Enforce", Scope: "Pod"}, now)

@@ -10,8 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,34 +25,46 @@ import (
 const eventsShown = 10
 
 func newStatusCommand(o *Options) *cobra.Command {
-	var output string
+	// kubectl's own -o: every printer kubectl get has but its tables, which
+	// are the plugin's (its default and wide).
+	printFlags := genericclioptions.NewPrintFlags("").WithTypeSetter(scheme)
 	cmd := &cobra.Command{
 		Use:   "status [NAME]",
 		Short: "Show CircuitBreakers; with a name, its pods and last transitions",
 		Example: `  kubectl fusebox status -A
+  kubectl fusebox status -o wide
   kubectl fusebox status payments -n shop
-  kubectl fusebox status payments -o yaml`,
+  kubectl fusebox status payments -o yaml
+  kubectl fusebox status -o jsonpath='{range .items[*]}{.metadata.name} {.status.state}{"\n"}{end}'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" && output != "yaml" {
-				return fmt.Errorf("--output %q: want json or yaml (or nothing, for a table)", output)
+			format := ptr.Deref(printFlags.OutputFormat, "")
+			var p printers.ResourcePrinter
+			if format != "" && format != "wide" {
+				var err error
+				if p, err = printFlags.ToPrinter(); err != nil {
+					return fmt.Errorf("--output %q: want wide or one of %s (or nothing, for a table)",
+						format, strings.Join(printFlags.AllowedFormats(), ", "))
+				}
 			}
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
 			if len(args) == 1 {
-				return o.statusOne(cmd.Context(), c, args[0], output)
+				return o.statusOne(cmd.Context(), c, args[0], p)
 			}
-			return o.statusAll(cmd.Context(), c, output)
+			return o.statusAll(cmd.Context(), c, p, format == "wide")
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml (default: a table).")
+	printFlags.AddFlags(cmd)
+	cmd.Flag("output").Usage = "Output format: wide, json, yaml, name, jsonpath=..., go-template=..., or the others kubectl get takes (default: a table)."
 	return cmd
 }
 
-// statusAll prints every breaker of the namespace (or of all, with -A).
-func (o *Options) statusAll(ctx context.Context, c client.Client, output string) error {
+// statusAll prints every breaker of the namespace (or of all, with -A): as
+// a table, wide or not, when p is nil.
+func (o *Options) statusAll(ctx context.Context, c client.Client, p printers.ResourcePrinter, wide bool) error {
 	ns, err := o.namespace()
 	if err != nil {
 		return err
@@ -59,12 +73,8 @@ func (o *Options) statusAll(ctx context.Context, c client.Client, output string)
 	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return err
 	}
-	if output != "" {
-		for i := range list.Items {
-			list.Items[i].SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
-		}
-		list.SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreakerList"))
-		return printObject(o.Out, &list, output)
+	if p != nil {
+		return printList(p, &list, o.Out)
 	}
 	if len(list.Items) == 0 {
 		if ns == "" {
@@ -81,7 +91,7 @@ func (o *Options) statusAll(ctx context.Context, c client.Client, output string)
 	}
 	sortBreakers(views)
 	w := printers.GetNewTabWriter(o.Out)
-	writeTable(w, views, ns == "", now)
+	writeTable(w, views, ns == "", wide, now)
 	return w.Flush()
 }
 
@@ -95,26 +105,39 @@ func sortBreakers(bs []Breaker) {
 	})
 }
 
-// tableHeader is the breakers table's header, without NAMESPACE.
-const tableHeader = "NAME\tSTATE\tMODE\tOVERRIDE\tQUORUM\tPODS\tAGE"
+// tableHeader is the breakers table's header, without NAMESPACE; wideHeader
+// is what -o wide adds.
+const (
+	tableHeader = "NAME\tSTATE\tMODE\tOVERRIDE\tQUORUM\tPODS\tAGE"
+	wideHeader  = "\tSCOPE\tREPORTING\tLATEST CONFIG\tCONSECUTIVE OPENS\tOPEN PERIOD"
+)
 
 // writeTable writes the breakers table, tab-separated, for a tabwriter.
-func writeTable(w io.Writer, bs []Breaker, withNamespace bool, now time.Time) {
+func writeTable(w io.Writer, bs []Breaker, withNamespace, wide bool, now time.Time) {
 	if withNamespace {
 		fmt.Fprint(w, "NAMESPACE\t")
 	}
-	fmt.Fprintln(w, tableHeader)
+	fmt.Fprint(w, tableHeader)
+	if wide {
+		fmt.Fprint(w, wideHeader)
+	}
+	fmt.Fprintln(w)
 	for _, b := range bs {
 		if withNamespace {
 			fmt.Fprintf(w, "%s\t", b.Namespace)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s",
 			b.Name, stateText(b.State), b.modeText(), b.overrideText(now), b.quorumText(), b.podsText(), age(b.Created, now))
+		if wide {
+			fmt.Fprintf(w, "\t%s\t%d\t%d\t%s\t%s",
+				b.Scope, b.Pods.Reporting, b.Pods.OnLatestConfig, opensText(b.ConsecutiveOpens), dash(b.OpenTimeout))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
 // statusOne prints one breaker: its summary, members and last transitions.
-func (o *Options) statusOne(ctx context.Context, c client.Client, name, output string) error {
+func (o *Options) statusOne(ctx context.Context, c client.Client, name string, p printers.ResourcePrinter) error {
 	ns, err := o.oneNamespace()
 	if err != nil {
 		return err
@@ -123,9 +146,8 @@ func (o *Options) statusOne(ctx context.Context, c client.Client, name, output s
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &cb); err != nil {
 		return notFound(err, ns, name)
 	}
-	if output != "" {
-		cb.SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
-		return printObject(o.Out, &cb, output)
+	if p != nil {
+		return p.PrintObj(&cb, o.Out)
 	}
 	ts, err := transitions(ctx, c, ns, name)
 	if err != nil {
@@ -253,11 +275,19 @@ func notFound(err error, ns, name string) error {
 	return err
 }
 
-// printObject prints obj as JSON or YAML, as kubectl -o does.
-func printObject(w io.Writer, obj runtime.Object, output string) error {
-	var p printers.ResourcePrinter = &printers.JSONPrinter{}
-	if output == "yaml" {
-		p = &printers.YAMLPrinter{}
+// printList prints list with p as kubectl get does: as an unstructured list
+// whose every item carries its kind, which is what the name printer takes
+// (it refuses typed lists) and what a reader of the items wants.
+func printList(p printers.ResourcePrinter, list *resiliencev1alpha1.CircuitBreakerList, w io.Writer) error {
+	list.SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreakerList"))
+	for i := range list.Items {
+		list.Items[i].SetGroupVersionKind(resiliencev1alpha1.GroupVersion.WithKind("CircuitBreaker"))
 	}
-	return p.PrintObj(obj, w)
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(list)
+	if err != nil {
+		return err
+	}
+	var u unstructured.UnstructuredList
+	u.SetUnstructuredContent(content)
+	return p.PrintObj(&u, w)
 }

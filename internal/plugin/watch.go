@@ -85,6 +85,8 @@ type watchView struct {
 	changes  []stateChange          // the last changesShown, oldest first
 	pending  []stateChange          // printed with the next plain-text table
 	last     string                 // the last table drawn without colour
+	// ready is set once every breaker is in: no partial first table.
+	ready bool
 }
 
 func (o *Options) watch(ctx context.Context, color bool) error {
@@ -115,18 +117,16 @@ func (o *Options) watch(ctx context.Context, color bool) error {
 		}
 	}
 	f := &follower{
-		c:       c,
-		newList: func() client.ObjectList { return &resiliencev1alpha1.CircuitBreakerList{} },
-		opts:    client.ListOptions{Namespace: ns},
-		reset: func(items []runtime.Object) {
-			send(func() { v.reset(items) })
-		},
+		lw:      listWatch(c, func() client.ObjectList { return &resiliencev1alpha1.CircuitBreakerList{} }, client.ListOptions{Namespace: ns}),
+		example: &resiliencev1alpha1.CircuitBreaker{},
 		apply: func(t watch.EventType, obj runtime.Object) {
 			send(func() { v.apply(t, obj) })
 		},
 		lost: func(err error) {
-			fmt.Fprintf(o.ErrOut, "watch interrupted, listing again: %v\n", err)
+			fmt.Fprintf(o.ErrOut, "watch interrupted, catching up: %v\n", err)
 		},
+		// The first table is drawn once every breaker is in, even when none is.
+		current: func() { send(func() { v.ready = true }) },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- f.run(ctx) }()
@@ -150,24 +150,6 @@ func (o *Options) watch(ctx context.Context, color bool) error {
 			if err := v.draw(); err != nil {
 				return err
 			}
-		}
-	}
-}
-
-func (v *watchView) reset(items []runtime.Object) {
-	now := v.o.Now()
-	seen := make(map[string]bool, len(items))
-	for _, obj := range items {
-		cb, ok := obj.(*resiliencev1alpha1.CircuitBreaker)
-		if !ok {
-			continue
-		}
-		seen[cb.Namespace+"/"+cb.Name] = true
-		v.set(breakerView(cb, now), now)
-	}
-	for key := range v.breakers {
-		if !seen[key] {
-			delete(v.breakers, key)
 		}
 	}
 }
@@ -204,6 +186,9 @@ func (v *watchView) set(b Breaker, now time.Time) {
 // highlighted; otherwise the changes since the last table, then the table
 // if it differs from the last one.
 func (v *watchView) draw() error {
+	if !v.ready {
+		return nil
+	}
 	now := v.o.Now()
 	bs := make([]Breaker, 0, len(v.breakers))
 	for _, b := range v.breakers {
@@ -212,7 +197,7 @@ func (v *watchView) draw() error {
 	sortBreakers(bs)
 	var table bytes.Buffer
 	tw := printers.GetNewTabWriter(&table)
-	writeTable(tw, bs, v.ns == "", now)
+	writeTable(tw, bs, v.ns == "", false, now)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
