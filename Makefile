@@ -126,7 +126,8 @@ run: manifests generate build envtest kubectl plugin ## Run Fusebox and a simula
 ifeq ($(USE_EXISTING_CLUSTER),true)
 	$(LOCALBIN)/manager --leader-elect=false --metrics-secure=false
 else
-	go run ./hack/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager --bin $(LOCALBIN) --sample-workload=$(SAMPLE_WORKLOAD)
+	go build -o $(LOCALBIN)/localcluster ./hack/localcluster
+	$(LOCALBIN)/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager --bin $(LOCALBIN) --sample-workload=$(SAMPLE_WORKLOAD)
 endif
 
 .PHONY: demo

@@ -65,6 +65,10 @@ func run() error {
 	cmd := exec.Command(*manager, append(args, managerArgs...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// Its own process group: Ctrl-C reaches this process only, which stops the manager
+	// with one SIGTERM. A second signal (the terminal's SIGINT, then ours) makes a
+	// controller-runtime manager exit at once with status 1.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if *managerLog != "-" {
 		// In a file, so that what to try next stays the last thing on the screen.
 		if *managerLog == "" {
