@@ -131,7 +131,7 @@ else
 endif
 
 .PHONY: demo
-demo: build envtest ## Run the end-to-end demo on a local control plane; it ends by itself within 90 s.
+demo: build envtest ## Run the scripted end-to-end demo on a local control plane; it ends by itself (README: how long).
 	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
 .PHONY: image

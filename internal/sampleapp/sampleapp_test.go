@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,15 +61,27 @@ func TestSampleWorkload(t *testing.T) {
 	must(t, err)
 	t.Logf("applied %v", applied)
 	samples := []string{"inventory", "payments-api", "recommendations"}
+	started := time.Now()
 
-	var said strings.Builder
+	var (
+		mu   sync.Mutex
+		said strings.Builder // what the workload said of its upstream, for a failure's message
+	)
+	upstream := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return said.String()
+	}
 	w, err := sampleapp.Start(ctx, sampleapp.Options{
 		Config:     cfg,
 		ClientRole: "../../config/rbac/breaker_client_role.yaml",
-		Say:        func(line string) { fmt.Fprintf(&said, "[%s] %s\n", time.Now().Format(time.TimeOnly), line) },
+		Say: func(line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(&said, "%5.1fs %s\n", time.Since(started).Seconds(), line)
+		},
 	})
 	must(t, err)
-	started := time.Now()
 	t.Log(w.Describe())
 
 	// What each breaker's status went through, as polled.
@@ -97,6 +110,14 @@ func TestSampleWorkload(t *testing.T) {
 			}
 		}
 	}
+	summary := func() string {
+		var b strings.Builder
+		for _, name := range samples {
+			h := history[name]
+			fmt.Fprintf(&b, "\n  %s: states %v, %d pods reporting, at most %d open", name, h.states, h.reporting, h.maxOpen)
+		}
+		return b.String()
+	}
 	waitUntil := func(within time.Duration, what string, done func() bool) {
 		t.Helper()
 		for {
@@ -106,7 +127,7 @@ func TestSampleWorkload(t *testing.T) {
 				return
 			}
 			if time.Since(started) > within {
-				t.Fatalf("not within %v of the start: %s; history %+v\nupstream:\n%s", within, what, history, &said)
+				t.Fatalf("not within %v of the start: %s; history:%s\nupstream:\n%s", within, what, summary(), upstream())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
