@@ -16,6 +16,8 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 # Set USE_EXISTING_CLUSTER=true to run the manager against the cluster of your
 # KUBECONFIG instead of a local control plane.
 USE_EXISTING_CLUSTER ?= false
+# Set SAMPLE_WORKLOAD=false for a `make run` without the simulated pods.
+SAMPLE_WORKLOAD ?= true
 
 GO_TEST_FLAGS ?= -race
 
@@ -69,6 +71,11 @@ lint: golangci-lint ## Run golangci-lint (.golangci.yml) on every module of the 
 envtest: ## Build kube-apiserver and etcd from source for envtest (once; cached after).
 	@hack/envtest.sh >/dev/null
 
+.PHONY: kubectl
+kubectl: $(LOCALBIN)/kubectl ## Build bin/kubectl from source at the version of the local API server (hack/tools/go.mod).
+$(LOCALBIN)/kubectl: hack/tools/go.mod hack/kubectl.sh | $(LOCALBIN)
+	hack/kubectl.sh $@
+
 .PHONY: test
 test: manifests generate fmt vet envtest kustomize ## Run every test of every module (envtest suites, unit tests, -race).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) $(MODULE_PKGS) -count=1
@@ -115,15 +122,16 @@ dashboard-screenshot: envtest ## Rewrite docs/images/dashboard.png from the dash
 	DASHBOARD_SCREENSHOT=$(CURDIR)/docs/images/dashboard.png KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestDashboardInChromium$$' -count=1 -v ./internal/plugin
 
 .PHONY: run
-run: manifests generate build envtest ## Run Fusebox on a local control plane (or on your cluster with USE_EXISTING_CLUSTER=true).
+run: manifests generate build envtest kubectl plugin ## Run Fusebox and a simulated workload on a local control plane (or the manager on your cluster with USE_EXISTING_CLUSTER=true).
 ifeq ($(USE_EXISTING_CLUSTER),true)
 	$(LOCALBIN)/manager --leader-elect=false --metrics-secure=false
 else
-	go run ./hack/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager
+	go build -o $(LOCALBIN)/localcluster ./hack/localcluster
+	$(LOCALBIN)/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager --bin $(LOCALBIN) --sample-workload=$(SAMPLE_WORKLOAD)
 endif
 
 .PHONY: demo
-demo: build envtest ## Run the end-to-end demo on a local control plane; it ends by itself within 90 s.
+demo: build envtest ## Run the scripted end-to-end demo on a local control plane; it ends by itself (README: how long).
 	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
 .PHONY: image

@@ -10,6 +10,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib/gobuild.sh
+source "${here}/lib/gobuild.sh"
 tools="${here}/tools"
 # hack/tools is not in the repository's go.work: the control plane is built with the
 # versions kubernetes pins, not with the operator's merged in.
@@ -40,11 +42,12 @@ ldflags="-s -w \
  -X ${pkg}.gitTreeState=clean \
  -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
 
-echo "building kube-apiserver v${k8s_version} and etcd into ${dir} (first time: several minutes)" >&2
+echo "building kube-apiserver v${k8s_version} and etcd from their Go modules into ${dir}, once (see the README for how long it takes)" >&2
 (
 	cd "${tools}"
-	CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${tmp}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${tmp}/etcd" ./cmd/etcd
+	export CGO_ENABLED=0
+	go_build_progress "kube-apiserver v${k8s_version}" "${tmp}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver -trimpath -ldflags "${ldflags}"
+	go_build_progress etcd "${tmp}/etcd" ./cmd/etcd -trimpath -ldflags "-s -w"
 )
 mv "${tmp}/kube-apiserver" "${tmp}/etcd" "${dir}/"
 echo "${dir}"

@@ -37,7 +37,7 @@ for dir in "$@"; do
 	(cd "${dir}" && GOWORK=off go mod tidy -modfile="${tmp}/go.mod")
 	go mod edit "${replaced[@]}" "${tmp}/go.mod"
 	# Only the operator may require the operator: a library module whose tests import it
-	# would hand it, and controller-runtime, to every importer (README, "Modules").
+	# would hand it, and controller-runtime, to every importer (docs/development.md, "The workspace").
 	if [[ "${self}" != "${root}" ]] && go mod edit -json "${tmp}/go.mod" | grep -qF "\"Path\": \"${root}\","; then
 		echo "  not written: its tests import the operator module ${root}; move them to the root module" >&2
 		status=1

@@ -51,7 +51,8 @@ func run(ctx context.Context, out io.Writer) error {
 	policy.MinimumThroughput = 4
 	policy.SuccessThreshold = 2
 	var entered [3]int // transitions into each state, so that the story can wait for one
-	b, err := breaker.New("users-api", policy, breaker.WithObserver(printTransitions(out, func(t breaker.Transition) {
+	story := &narrator{out: out}
+	b, err := breaker.New("users-api", policy, breaker.WithObserver(printTransitions(story, func(t breaker.Transition) {
 		entered[t.To]++
 	})))
 	if err != nil {
@@ -74,6 +75,7 @@ func run(ctx context.Context, out io.Writer) error {
 		default:
 			fmt.Fprintf(out, "  user %s: %s\n", id, u.Name)
 		}
+		story.callOver()
 	}
 	pause := func(d time.Duration) error {
 		select {
@@ -173,8 +175,8 @@ func (c *usersClient) cached(id string, cause error) (user, error, error) {
 	return u, cause, nil
 }
 
-// printTransitions prints every change of the circuit's state, then tells seen.
-func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Observer {
+// printTransitions tells the story every change of the circuit's state, then tells seen.
+func printTransitions(story *narrator, seen func(breaker.Transition)) breaker.Observer {
 	return breaker.ObserverFunc(func(t breaker.Transition) {
 		why := ""
 		switch {
@@ -187,9 +189,45 @@ func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Obse
 		case t.To == breaker.Closed:
 			why = fmt.Sprintf(": %d probes in a row succeeded", t.Counts.Successes)
 		}
-		fmt.Fprintf(out, "circuit %s → %s%s\n", t.From, t.To, why)
+		story.transition(t, fmt.Sprintf("circuit %s → %s%s\n", t.From, t.To, why))
 		seen(t)
 	})
+}
+
+// narrator prints the circuit's transitions where they belong in the story. The
+// breaker makes the transition a call's outcome causes when it records the outcome,
+// before the transport returns, and before the client has said what the call got:
+// printed at once, "circuit closed → open: 6 of the last 12 calls failed" would come
+// before the sixth failure. Such a transition waits until the call that caused it is
+// over. A transition to half-open happens as a call is let through, before it runs: it
+// is printed at once.
+type narrator struct {
+	mu      sync.Mutex
+	out     io.Writer
+	pending []string
+}
+
+func (n *narrator) transition(t breaker.Transition, line string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pending = append(n.pending, line)
+	if t.To == breaker.HalfOpen {
+		n.flushLocked()
+	}
+}
+
+// callOver prints the transitions the call that just ended caused.
+func (n *narrator) callOver() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.flushLocked()
+}
+
+func (n *narrator) flushLocked() {
+	for _, line := range n.pending {
+		_, _ = io.WriteString(n.out, line)
+	}
+	n.pending = n.pending[:0]
 }
 
 // usersAPI is the local API the example calls. It knows users 1 to 3, and answers 503 to

@@ -31,6 +31,56 @@ func TestRun(t *testing.T) {
 	)
 }
 
+// TestNarrationOrder checks that each transition is printed after the request that caused
+// it, and a transition to half-open before the probe it lets through: the sixth 503 comes
+// before "6 of the last 12 calls failed", not after it.
+func TestNarrationOrder(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, &out)
+	}
+	lines := strings.Split(out.String(), "\n")
+	const failed = "from the cache (the API answered 503 Service Unavailable)"
+	opened := find(t, lines, "circuit closed → open: 6 of the last 12 calls failed")
+	n := 0
+	for _, l := range lines[:opened] {
+		if strings.HasSuffix(l, failed) {
+			n++
+		}
+	}
+	if n != 6 {
+		t.Errorf("%d failed requests printed before the circuit opened on 6 failures:\n%s", n, &out)
+	}
+	if !strings.HasSuffix(lines[opened-1], failed) {
+		t.Errorf("the line before the circuit opened is %q, want a failed request", lines[opened-1])
+	}
+	halfOpen := find(t, lines, "circuit open → half_open")
+	closed := find(t, lines, "circuit half_open → closed: 2 probes in a row succeeded")
+	if closed != halfOpen+3 {
+		t.Errorf("the circuit closed %d lines after it went half-open, want 3 (two probes between)", closed-halfOpen)
+	}
+	for _, i := range []int{halfOpen + 1, halfOpen + 2} {
+		if !strings.HasPrefix(lines[i], "  user ") || strings.Contains(lines[i], "cache") {
+			t.Errorf("line %d is %q, want a probe the API answered", i, lines[i])
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", &out)
+	}
+}
+
+// find returns the index of the first line that contains s.
+func find(t *testing.T, lines []string, s string) int {
+	t.Helper()
+	for i, l := range lines {
+		if strings.Contains(l, s) {
+			return i
+		}
+	}
+	t.Fatalf("no line contains %q:\n%s", s, strings.Join(lines, "\n"))
+	return -1
+}
+
 // inOrder fails t unless each of want appears in out after the one before it.
 func inOrder(t *testing.T, out string, want ...string) {
 	t.Helper()

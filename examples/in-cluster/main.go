@@ -8,7 +8,8 @@
 // namespace, a ServiceAccount bound to the fusebox-breaker-client ClusterRole, the
 // Deployment with the environment kube.FromEnvironment reads, and the CircuitBreaker.
 //
-// Outside a cluster it stops at once, saying what it misses:
+// Outside a cluster it stops at once, saying what it misses (`make run` runs simulated pods
+// like it against a local control plane):
 //
 //	go run ./examples/in-cluster
 package main
@@ -37,6 +38,9 @@ func main() {
 	// service account to reach the API server.
 	if err := run(ctx, os.Stdout, kube.FromEnvironment); err != nil {
 		fmt.Fprintln(os.Stderr, "in-cluster:", err)
+		if os.Getenv(kube.EnvPodName) == "" {
+			fmt.Fprintln(os.Stderr, "in-cluster: this program runs in a pod (deploy/app.yaml); to see pods like it at work without a cluster, run `make run`")
+		}
 		os.Exit(1)
 	}
 }

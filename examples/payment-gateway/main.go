@@ -46,6 +46,7 @@ func run(ctx context.Context, out io.Writer, redisAddr string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	out = &lockedWriter{w: out} // verdicts from Redis are printed from the stores' goroutines
+	story := &narrator{out: out}
 
 	provider := newProvider()
 	defer provider.Close()
@@ -60,13 +61,13 @@ func run(ctx context.Context, out io.Writer, redisAddr string) error {
 
 	var gateways []*gateway
 	for _, name := range []string{"checkout-1", "checkout-2"} {
-		b, stop, err := newBreaker(ctx, name, policy, out, redisAddr)
+		b, stop, err := newBreaker(ctx, name, policy, story, redisAddr)
 		if err != nil {
 			return err
 		}
 		defer stop()
 		gateways = append(gateways, &gateway{
-			name: name, breaker: b, providerURL: provider.URL, book: book,
+			name: name, breaker: b, providerURL: provider.URL, book: book, story: story,
 			http: &http.Client{Timeout: 500 * time.Millisecond}, // a breaker helps only if calls fail fast
 		})
 	}
@@ -145,8 +146,8 @@ func run(ctx context.Context, out io.Writer, redisAddr string) error {
 // newBreaker returns the breaker of one gateway instance, which prints its transitions,
 // and what to call when the instance stops. With redisAddr set, its verdict is shared
 // through Redis under the key payment-provider.
-func newBreaker(ctx context.Context, instance string, p breaker.Policy, out io.Writer, redisAddr string) (*breaker.Breaker, func(), error) {
-	printer := breaker.WithObserver(printTransitions(out, instance))
+func newBreaker(ctx context.Context, instance string, p breaker.Policy, story *narrator, redisAddr string) (*breaker.Breaker, func(), error) {
+	printer := breaker.WithObserver(printTransitions(story, instance))
 	if redisAddr == "" {
 		b, err := breaker.New("payment-provider", p, printer)
 		return b, func() {}, err
@@ -186,12 +187,14 @@ type gateway struct {
 	providerURL string
 	http        *http.Client
 	book        *orderBook
+	story       *narrator
 }
 
 // checkout takes the payment for an order. When the provider cannot take it, because the
 // circuit is open or the charge failed, the order goes through anyway: its payment is
 // recorded as pending, for later.
 func (g *gateway) checkout(ctx context.Context, out io.Writer, id, amountCents int) error {
+	defer g.story.callOver()
 	charge, err := breaker.Call(ctx, g.breaker, breaker.Callbacks[string]{
 		Closed: func(ctx context.Context) (string, error) {
 			return g.charge(ctx, id, amountCents)
@@ -241,8 +244,8 @@ func (g *gateway) charge(ctx context.Context, id, amountCents int) (string, erro
 	return charge.ID, nil
 }
 
-// printTransitions prints every change of an instance's circuit.
-func printTransitions(out io.Writer, instance string) breaker.Observer {
+// printTransitions tells the story every change of an instance's circuit.
+func printTransitions(story *narrator, instance string) breaker.Observer {
 	return breaker.ObserverFunc(func(t breaker.Transition) {
 		why := ""
 		switch {
@@ -257,8 +260,45 @@ func printTransitions(out io.Writer, instance string) breaker.Observer {
 		case t.To == breaker.Closed:
 			why = fmt.Sprintf(": %d probes in a row succeeded", t.Counts.Successes)
 		}
-		fmt.Fprintf(out, "%s: circuit %s → %s%s\n", instance, t.From, t.To, why)
+		story.transition(t, fmt.Sprintf("%s: circuit %s → %s%s\n", instance, t.From, t.To, why))
 	})
+}
+
+// narrator prints the circuit's transitions where they belong in the story. The
+// breaker makes the transition a call's outcome causes when it records the outcome,
+// before breaker.Call returns, and before the fallback has said what the call got:
+// printed at once, "checkout-1: circuit closed → open: 2 of its last 4 charges failed" would come
+// before the second failure. Such a transition waits until the call that caused it is
+// over. A transition to half-open happens as a call is let through, before it runs: it
+// is printed at once, and so is a verdict adopted from Redis, which no call of this
+// instance caused.
+type narrator struct {
+	mu      sync.Mutex
+	out     io.Writer
+	pending []string
+}
+
+func (n *narrator) transition(t breaker.Transition, line string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pending = append(n.pending, line)
+	if t.To == breaker.HalfOpen || t.Cause == breaker.CauseAdopted {
+		n.flushLocked()
+	}
+}
+
+// callOver prints the transitions the call that just ended caused.
+func (n *narrator) callOver() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.flushLocked()
+}
+
+func (n *narrator) flushLocked() {
+	for _, line := range n.pending {
+		_, _ = io.WriteString(n.out, line)
+	}
+	n.pending = n.pending[:0]
 }
 
 // order is an order whose payment is pending.

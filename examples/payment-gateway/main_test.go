@@ -39,6 +39,54 @@ func TestRunAlone(t *testing.T) {
 	allPaid(t, out)
 }
 
+// TestNarrationOrder checks, on the run without Redis, that each transition is printed
+// after the order that caused it, and a transition to half-open before the probe it lets
+// through: the second failed charge comes before "2 of its last 4 charges failed".
+func TestNarrationOrder(t *testing.T) {
+	out := runExample(t, "")
+	lines := strings.Split(out, "\n")
+	const failed = "at checkout-1: payment pending (the provider answered 503 Service Unavailable)"
+	opened := find(t, lines, "checkout-1: circuit closed → open: 2 of its last 4 charges failed")
+	n := 0
+	for _, l := range lines[:opened] {
+		if strings.HasSuffix(l, failed) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d failed charges at checkout-1 printed before its circuit opened on 2 failures", n)
+	}
+	if !strings.HasSuffix(lines[opened-1], failed) {
+		t.Errorf("the line before the circuit opened is %q, want a failed charge", lines[opened-1])
+	}
+	halfOpen := find(t, lines, "checkout-1: circuit open → half_open")
+	if !strings.Contains(lines[halfOpen+1], "at checkout-1: paid") {
+		t.Errorf("the line after checkout-1 went half-open is %q, want its probe, paid", lines[halfOpen+1])
+	}
+	closed := find(t, lines, "checkout-1: circuit half_open → closed: 2 probes in a row succeeded")
+	var probes []string
+	for _, l := range lines[halfOpen+1 : closed] {
+		if strings.Contains(l, "at checkout-1:") {
+			probes = append(probes, l)
+		}
+	}
+	if len(probes) != 2 || !strings.Contains(lines[closed-1], "at checkout-1: paid") {
+		t.Errorf("between half-open and closed checkout-1 printed %q, want its 2 probes, paid, the last just before", probes)
+	}
+}
+
+// find returns the index of the first line that contains s.
+func find(t *testing.T, lines []string, s string) int {
+	t.Helper()
+	for i, l := range lines {
+		if strings.Contains(l, s) {
+			return i
+		}
+	}
+	t.Fatalf("no line contains %q:\n%s", s, strings.Join(lines, "\n"))
+	return -1
+}
+
 // TestRunWithRedis runs the example against a redis-server of its own: checkout-2 adopts
 // the open verdict checkout-1 reached, and takes its order as pending without calling the
 // provider.

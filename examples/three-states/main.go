@@ -57,7 +57,8 @@ func run(ctx context.Context, out io.Writer) error {
 	policy.SuccessThreshold = 2
 	// entered counts the transitions into each state, so that the story can wait for one.
 	var entered [3]int
-	observe := printTransitions(out, func(t breaker.Transition) { entered[t.To]++ })
+	story := &narrator{out: out}
+	observe := printTransitions(story, func(t breaker.Transition) { entered[t.To]++ })
 	b, err := breaker.New("quotes", policy, breaker.WithObserver(observe))
 	if err != nil {
 		return err
@@ -94,6 +95,7 @@ func run(ctx context.Context, out io.Writer) error {
 				return cache, nil
 			},
 		})
+		story.callOver()
 		if err != nil {
 			return err // an error the fallback did not handle: ctx is done
 		}
@@ -154,8 +156,8 @@ func run(ctx context.Context, out io.Writer) error {
 	return nil
 }
 
-// printTransitions prints every change of the circuit's state, then tells seen.
-func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Observer {
+// printTransitions tells the story every change of the circuit's state, then tells seen.
+func printTransitions(story *narrator, seen func(breaker.Transition)) breaker.Observer {
 	return breaker.ObserverFunc(func(t breaker.Transition) {
 		why := ""
 		switch {
@@ -168,9 +170,45 @@ func printTransitions(out io.Writer, seen func(breaker.Transition)) breaker.Obse
 		case t.To == breaker.Closed:
 			why = fmt.Sprintf(": %d probes in a row succeeded", t.Counts.Successes)
 		}
-		fmt.Fprintf(out, "circuit %s → %s%s\n", t.From, t.To, why)
+		story.transition(t, fmt.Sprintf("circuit %s → %s%s\n", t.From, t.To, why))
 		seen(t)
 	})
+}
+
+// narrator prints the circuit's transitions where they belong in the story. The
+// breaker makes the transition a call's outcome causes when it records the outcome,
+// before breaker.Call returns, and before the fallback has said what the call got:
+// printed at once, "circuit closed → open: 4 of the last 8 calls failed" would come
+// before the fourth failure. Such a transition waits until the call that caused it is
+// over. A transition to half-open happens as a call is let through, before it runs: it
+// is printed at once.
+type narrator struct {
+	mu      sync.Mutex
+	out     io.Writer
+	pending []string
+}
+
+func (n *narrator) transition(t breaker.Transition, line string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pending = append(n.pending, line)
+	if t.To == breaker.HalfOpen {
+		n.flushLocked()
+	}
+}
+
+// callOver prints the transitions the call that just ended caused.
+func (n *narrator) callOver() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.flushLocked()
+}
+
+func (n *narrator) flushLocked() {
+	for _, line := range n.pending {
+		_, _ = io.WriteString(n.out, line)
+	}
+	n.pending = n.pending[:0]
 }
 
 // service is the local HTTP service the example calls: it answers after a delay the

@@ -31,6 +31,66 @@ func TestRun(t *testing.T) {
 	)
 }
 
+// TestNarrationOrder checks that each transition is printed after the call that caused
+// it, and a transition to half-open before the probe it lets through: the fourth failure
+// comes before "4 of the last 8 calls failed", not after it.
+func TestNarrationOrder(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, &out)
+	}
+	lines := strings.Split(out.String(), "\n")
+	opened := find(t, lines, "circuit closed → open: 4 of the last 8 calls failed")
+	if n := count(lines[:opened], "  failed ("); n != 4 {
+		t.Errorf("%d failed calls printed before the circuit opened on 4 failures:\n%s", n, &out)
+	}
+	want(t, lines, opened-1, "  failed (no answer within 300ms)")
+	reopened := find(t, lines, "circuit half_open → open: the probe failed")
+	want(t, lines, reopened-2, "  probe, with a 100ms timeout: no")
+	want(t, lines, reopened-1, "  failed (no answer within 100ms)")
+	want(t, lines, find(t, lines, "circuit open → half_open")+1, "  probe, with a 100ms timeout:")
+	closed := find(t, lines, "circuit half_open → closed: 2 probes in a row succeeded")
+	want(t, lines, closed-2, "  probe, with a 100ms timeout: answered")
+	want(t, lines, closed-1, "  probe, with a 100ms timeout: answered")
+	if t.Failed() {
+		t.Logf("output:\n%s", &out)
+	}
+}
+
+// find returns the index of the first line that contains s.
+func find(t *testing.T, lines []string, s string) int {
+	t.Helper()
+	for i, l := range lines {
+		if strings.Contains(l, s) {
+			return i
+		}
+	}
+	t.Fatalf("no line contains %q:\n%s", s, strings.Join(lines, "\n"))
+	return -1
+}
+
+func count(lines []string, prefix string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// want fails t unless line i starts with prefix.
+func want(t *testing.T, lines []string, i int, prefix string) {
+	t.Helper()
+	if i < 0 || i >= len(lines) || !strings.HasPrefix(lines[i], prefix) {
+		got := "(none)"
+		if i >= 0 && i < len(lines) {
+			got = lines[i]
+		}
+		t.Errorf("line %d is %q, want it to start with %q", i, got, prefix)
+	}
+}
+
 // inOrder fails t unless each of want appears in out after the one before it.
 func inOrder(t *testing.T, out string, want ...string) {
 	t.Helper()

@@ -82,7 +82,7 @@ func Build(ctx context.Context, o Options) (v1.ImageIndex, error) {
 // and the microarchitecture levels pinned so the builder's environment does
 // not leak in.
 func goBuild(ctx context.Context, root, pkg string, p v1.Platform, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
+	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-trimpath", "-buildvcs=false",
 		"-ldflags=-s -w -buildid=", "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(),
@@ -91,9 +91,11 @@ func goBuild(ctx context.Context, root, pkg string, p v1.Platform, out string) e
 		// The manager builds in the repository's workspace (go.work), whatever this
 		// program itself was run with.
 		"GOWORK=")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	stderr, stop := startProgress(ctx, cmd, p.OS+"/"+p.Architecture, pkg)
+	cmd.Stderr = stderr
+	err := cmd.Run()
+	stop()
+	if err != nil {
 		return fmt.Errorf("go build %s for %s/%s: %w\n%s", pkg, p.OS, p.Architecture, err, stderr.String())
 	}
 	return nil

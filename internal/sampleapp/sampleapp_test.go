@@ -1,0 +1,203 @@
+package sampleapp_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/controller"
+	"github.com/fusebox-dev/fusebox/internal/localcluster"
+	"github.com/fusebox-dev/fusebox/internal/sampleapp"
+	"github.com/fusebox-dev/fusebox/internal/testenv"
+)
+
+// TestSampleWorkload is what `make run` shows a newcomer, on a real API server with the
+// operator's reconciler and admission policies: config/samples applied, then the sample
+// workload on its default cycle. Within 30 s every sample breaker has the workload's
+// pods reporting and a state (the ForcedOpen one Open on every pod); while the upstream
+// fails for two of the three pods, payments-api (scope Pod) opens on those two only and
+// inventory (scope Fleet, quorum 50%) on all three; both close again before the cycle's
+// minute is over.
+func TestSampleWorkload(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard())
+	env, err := testenv.New("../..")
+	if err != nil {
+		t.Fatalf("envtest control plane (run `make envtest` or hack/envtest.sh): %v", err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	must(t, testenv.InstallPolicies(cfg, "../.."))
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	startOperator(ctx, t, cfg, scheme)
+
+	applied, err := localcluster.Apply(ctx, cl, "../../config/samples")
+	must(t, err)
+	t.Logf("applied %v", applied)
+	samples := []string{"inventory", "payments-api", "recommendations"}
+	started := time.Now()
+
+	var (
+		mu   sync.Mutex
+		said strings.Builder // what the workload said of its upstream, for a failure's message
+	)
+	upstream := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return said.String()
+	}
+	w, err := sampleapp.Start(ctx, sampleapp.Options{
+		Config:     cfg,
+		ClientRole: "../../config/rbac/breaker_client_role.yaml",
+		Say: func(line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(&said, "%5.1fs %s\n", time.Since(started).Seconds(), line)
+		},
+	})
+	must(t, err)
+	t.Log(w.Describe())
+
+	// What each breaker's status went through, as polled.
+	type seen struct {
+		reporting, maxOpen int32
+		states             []resiliencev1alpha1.State
+	}
+	history := map[string]*seen{}
+	for _, name := range samples {
+		history[name] = &seen{}
+	}
+	poll := func() {
+		for _, name := range samples {
+			var cb resiliencev1alpha1.CircuitBreaker
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &cb); err != nil {
+				t.Fatal(err)
+			}
+			h := history[name]
+			if mc := cb.Status.MemberCounts; mc != nil {
+				h.reporting = mc.Reporting
+				h.maxOpen = max(h.maxOpen, mc.Open)
+			}
+			if s := cb.Status.State; s != "" && (len(h.states) == 0 || h.states[len(h.states)-1] != s) {
+				h.states = append(h.states, s)
+				t.Logf("%5.1fs %s: %s (%d pods reporting)", time.Since(started).Seconds(), name, s, h.reporting)
+			}
+		}
+	}
+	summary := func() string {
+		var b strings.Builder
+		for _, name := range samples {
+			h := history[name]
+			fmt.Fprintf(&b, "\n  %s: states %v, %d pods reporting, at most %d open", name, h.states, h.reporting, h.maxOpen)
+		}
+		return b.String()
+	}
+	waitUntil := func(within time.Duration, what string, done func() bool) {
+		t.Helper()
+		for {
+			poll()
+			if done() {
+				t.Logf("%5.1fs %s", time.Since(started).Seconds(), what)
+				return
+			}
+			if time.Since(started) > within {
+				t.Fatalf("not within %v of the start: %s; history:%s\nupstream:\n%s", within, what, summary(), upstream())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	cycle := sampleapp.DefaultCycle
+
+	waitUntil(30*time.Second, "every sample has 3 reporting pods and a state", func() bool {
+		for _, name := range samples {
+			if h := history[name]; h.reporting != 3 || len(h.states) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if h := history["recommendations"]; h.states[0] != resiliencev1alpha1.StateOpen || h.maxOpen != 3 {
+		t.Errorf("the ForcedOpen sample: states %v, at most %d pods open; want Open on all 3", h.states, h.maxOpen)
+	}
+	for _, name := range []string{"payments-api", "inventory"} {
+		if s := history[name].states[0]; s != resiliencev1alpha1.StateClosed {
+			t.Errorf("%s started %s, want Closed while the upstream is healthy", name, s)
+		}
+	}
+
+	opened := func(name string) bool { return slices.Contains(history[name].states, resiliencev1alpha1.StateOpen) }
+	waitUntil(cycle.Healthy+cycle.Failing+5*time.Second, "payments-api and inventory opened while the upstream failed", func() bool {
+		return opened("payments-api") && opened("inventory") && history["inventory"].maxOpen == 3
+	})
+	closedAgain := func(name string) bool {
+		s := history[name].states
+		return opened(name) && s[len(s)-1] == resiliencev1alpha1.StateClosed
+	}
+	waitUntil(cycle.Period+cycle.Healthy, "both closed again before the upstream fails again", func() bool {
+		return closedAgain("payments-api") && closedAgain("inventory")
+	})
+	if n := history["payments-api"].maxOpen; n != 2 {
+		t.Errorf("payments-api (scope Pod) had at most %d pods open, want 2: the two the upstream failed", n)
+	}
+
+	cancel()
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("the workload still runs 10 s after its context ended")
+	}
+}
+
+// startOperator runs the operator's reconciler against cfg until ctx is done.
+func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *runtime.Scheme) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   cache.Options{ByObject: controller.CacheByObject()},
+	})
+	must(t, err)
+	must(t, controller.NewReconciler(mgr, controller.NewMetrics(prometheus.NewRegistry())).SetupWithManager(mgr))
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
