@@ -2,6 +2,8 @@
 # a newcomer needs. Nothing here downloads anything but Go modules.
 
 IMG ?= ghcr.io/fusebox-dev/fusebox:latest
+# The image of examples/in-cluster, which examples/in-cluster/deploy/app.yaml runs.
+EXAMPLE_IMG ?= ghcr.io/fusebox-dev/fusebox-example:latest
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
@@ -129,6 +131,10 @@ demo: build envtest ## Run the end-to-end demo on a local control plane; it ends
 .PHONY: image
 image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
 	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
+
+.PHONY: image-example
+image-example: ## Build the image of examples/in-cluster the same way: bin/image-example (OCI layout), bin/image-example.tar.
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./examples/in-cluster -entrypoint /in-cluster -title fusebox-example -tag $(EXAMPLE_IMG) -layout $(LOCALBIN)/image-example -archive $(LOCALBIN)/image-example.tar
 
 .PHONY: image-push
 image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).
