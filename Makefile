@@ -128,6 +128,14 @@ endif
 demo: build envtest ## Run the end-to-end demo on a local control plane; it ends by itself within 90 s.
 	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
+.PHONY: cluster
+cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.
+	hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the cluster of `make cluster`; it leaves nothing on the machine.
+	hack/cluster.sh down
+
 .PHONY: image
 image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
 	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
