@@ -128,7 +128,7 @@ cmd_up() {
 	local unshare_pid=$! i
 	echo "${unshare_pid}" >"${state}/unshare.pid"
 	for i in $(seq 100); do
-		pid="$(cat "/proc/${unshare_pid}/task/${unshare_pid}/children" 2>/dev/null || true)"
+		read -r pid _ 2>/dev/null <"/proc/${unshare_pid}/task/${unshare_pid}/children" || true
 		[[ -z ${pid} ]] || break
 		sleep 0.05
 	done
