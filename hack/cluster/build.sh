@@ -113,7 +113,8 @@ build_k8s
 
 # kube-apiserver and etcd: hack/envtest.sh's build (a no-op once it exists).
 envtest_dir="$("${repo_root}/hack/envtest.sh")"
-for c in kube-apiserver etcd; do ln -sfn "${envtest_dir}/${c}" "${k8s_bin}/${c}"; done
-for c in "${containerd_cmds[@]}"; do ln -sfn "${containerd_bin}/${c}" "${k8s_bin}/${c}"; done
+link() { [[ "$(readlink "$2")" == "$1" ]] || ln -sfn "$1" "$2"; }
+for c in kube-apiserver etcd; do link "${envtest_dir}/${c}" "${k8s_bin}/${c}"; done
+for c in "${containerd_cmds[@]}"; do link "${containerd_bin}/${c}" "${k8s_bin}/${c}"; done
 have_all "${k8s_bin}" "${k8s_cmds[@]}" kube-apiserver etcd "${containerd_cmds[@]}"
 echo "${k8s_bin}"
