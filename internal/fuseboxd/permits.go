@@ -135,4 +135,3 @@ func (h *expiryHeap) Pop() any {
 	*h = old[:n-1]
 	return p
 }
-
