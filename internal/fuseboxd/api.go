@@ -82,7 +82,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, b, err)
 		return
 	}
-	id, ok := s.permits.add(done, lease, time.Now())
+	id, ok := s.permits.add(done, lease, s.now())
 	if !ok {
 		// Too many permits outstanding (clients leaking them), or shutting down: the
 		// call never happens, which is what a cancelled call says.

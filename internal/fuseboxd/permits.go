@@ -72,6 +72,11 @@ func (t *permits) expire(now time.Time) int {
 		delete(t.byID, p.id)
 		n++
 	}
+	if n > 0 && len(t.byID) == 0 {
+		// A map keeps its buckets after a burst of leaks; start afresh so that the
+		// memory goes back too.
+		t.byID, t.expiry = make(map[string]*permit), nil
+	}
 	return n
 }
 
@@ -99,15 +104,15 @@ func (t *permits) close() int {
 // runExpiry drops lapsed permits every interval until ctx is done. Dropping a permit
 // changes no breaker, so when within the interval it happens matters only to memory
 // and to which answer (204 or 410) a late settle gets.
-func (t *permits) runExpiry(ctx context.Context, interval time.Duration) {
+func (t *permits) runExpiry(ctx context.Context, interval time.Duration, now func() time.Time) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			t.expire(now)
+		case <-tick.C:
+			t.expire(now())
 		}
 	}
 }

@@ -46,6 +46,8 @@ type Options struct {
 	MaxBreakers int
 	// ExpiryInterval is how often lapsed permits are dropped; zero means one second.
 	ExpiryInterval time.Duration
+	// Clock measures leases; nil means the system clock. Tests give the breakers' clock.
+	Clock breaker.Clock
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -58,6 +60,7 @@ type Server struct {
 	maxBreakers int
 	log         *slog.Logger
 	permits     *permits
+	now         func() time.Time
 	http        *http.Server
 
 	stop     context.CancelFunc
@@ -100,6 +103,10 @@ func New(o Options) (*Server, error) {
 		interval = time.Second
 	}
 	s.permits = newPermits(maxPermits)
+	s.now = time.Now
+	if o.Clock != nil {
+		s.now = o.Clock.Now
+	}
 	s.http = &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -110,7 +117,7 @@ func New(o Options) (*Server, error) {
 	s.stop = cancel
 	go func() {
 		defer close(s.stopped)
-		s.permits.runExpiry(ctx, interval)
+		s.permits.runExpiry(ctx, interval, s.now)
 	}()
 	return s, nil
 }
