@@ -24,7 +24,7 @@ import (
 // clock the test moves and its config read from a directory the test writes, as the
 // binary runs with --config-dir.
 type daemon struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	sock   string
 	clock  *breakertest.Clock
@@ -48,7 +48,7 @@ func testConfig(name string, generation int64, fields string) string {
 	return string(b)
 }
 
-func startDaemon(t *testing.T, o fuseboxd.Options, configs map[string]string) *daemon {
+func startDaemon(t testing.TB, o fuseboxd.Options, configs map[string]string) *daemon {
 	t.Helper()
 	// Unix socket paths are limited to about 100 bytes, which t.TempDir can exceed.
 	base, err := os.MkdirTemp("", "fbd")
