@@ -26,8 +26,8 @@ type permits struct {
 	closed bool // shutting down: no new permits
 }
 
-func newPermits(max int) *permits {
-	return &permits{byID: make(map[string]*permit), max: max}
+func newPermits(limit int) *permits {
+	return &permits{byID: make(map[string]*permit), max: limit}
 }
 
 // add stores done under a new id until lease has passed. It reports false, and stores
