@@ -106,6 +106,10 @@ bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, d
 build: manifests generate ## Build the manager binary.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 
+.PHONY: fuseboxd
+fuseboxd: | $(LOCALBIN) ## Build the per-pod decision sidecar, bin/fuseboxd (docs/fuseboxd.md).
+	go build -o $(LOCALBIN)/fuseboxd ./cmd/fuseboxd
+
 .PHONY: plugin
 plugin: | $(LOCALBIN) ## Build the kubectl plugin, bin/kubectl-fusebox (put it on your PATH: `kubectl fusebox`).
 	go build -o $(LOCALBIN)/kubectl-fusebox ./cmd/kubectl-fusebox
