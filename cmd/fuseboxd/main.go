@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/fusebox-dev/fusebox/internal/fuseboxd"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
@@ -33,11 +35,12 @@ func main() {
 
 func run() error {
 	var (
-		socket    = flag.String("socket", "/var/run/fusebox/fusebox.sock", "Unix socket to serve the API on")
-		listen    = flag.String("listen", "", "also serve on this loopback address (127.0.0.1:PORT); no other address is accepted")
-		configDir = flag.String("config-dir", "", "read the breaker config from DIR/<name>.json (the ConfigMap's layout) instead of the cluster, and report nowhere")
-		grace     = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write may take at shutdown")
-		debug     = flag.Bool("debug", false, "log at debug level")
+		socket     = flag.String("socket", "/var/run/fusebox/fusebox.sock", "Unix socket to serve the API on")
+		listen     = flag.String("listen", "", "also serve on this loopback address (127.0.0.1:PORT); no other address is accepted")
+		configDir  = flag.String("config-dir", "", "read the breaker config from DIR/<name>.json (the ConfigMap's layout) instead of the cluster, and report nowhere")
+		kubeconfig = flag.String("kubeconfig", "", "outside a pod: reach the cluster with this kubeconfig, speaking for the pod that POD_NAME, POD_NAMESPACE and POD_UID name")
+		grace      = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write may take at shutdown")
+		debug      = flag.Bool("debug", false, "log at debug level")
 	)
 	flag.Parse()
 	level := slog.LevelInfo
@@ -48,9 +51,16 @@ func run() error {
 	slog.SetDefault(log)
 
 	var o kube.Options
-	if *configDir != "" {
+	switch {
+	case *configDir != "":
 		o = kube.Options{ConfigDir: *configDir}
-	} else {
+	case *kubeconfig != "":
+		cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err != nil {
+			return err
+		}
+		o = kube.Options{Config: cfg, Pod: os.Getenv(kube.EnvPodName), Namespace: os.Getenv(kube.EnvNamespace), PodUID: os.Getenv(kube.EnvPodUID)}
+	default:
 		var err error
 		if o, err = kube.OptionsFromEnvironment(); err != nil {
 			return err
