@@ -2,6 +2,8 @@
 # a newcomer needs. Nothing here downloads anything but Go modules.
 
 IMG ?= ghcr.io/fusebox-dev/fusebox:latest
+# The fuseboxd sidecar image, which the pod webhook injects (pkg/webhook/podinject).
+FUSEBOXD_IMG ?= ghcr.io/fusebox-dev/fuseboxd:latest
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
@@ -133,6 +135,10 @@ demo: build envtest ## Run the end-to-end demo on a local control plane; it ends
 .PHONY: image
 image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
 	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
+
+.PHONY: image-fuseboxd
+image-fuseboxd: ## Build the fuseboxd sidecar image with the manager's builder (the binary is the image's entrypoint): bin/fuseboxd-image, bin/fuseboxd-image.tar.
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./cmd/fuseboxd -tag $(FUSEBOXD_IMG) -layout $(LOCALBIN)/fuseboxd-image -archive $(LOCALBIN)/fuseboxd-image.tar
 
 .PHONY: image-push
 image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).
