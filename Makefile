@@ -4,6 +4,8 @@
 IMG ?= ghcr.io/fusebox-dev/fusebox:latest
 # The image of examples/in-cluster, which examples/in-cluster/deploy/app.yaml runs.
 EXAMPLE_IMG ?= ghcr.io/fusebox-dev/fusebox-example:latest
+# The fuseboxd sidecar image, which the pod webhook injects (pkg/webhook/podinject).
+FUSEBOXD_IMG ?= ghcr.io/fusebox-dev/fuseboxd:latest
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
@@ -115,6 +117,10 @@ bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, d
 build: manifests generate ## Build the manager binary.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 
+.PHONY: fuseboxd
+fuseboxd: | $(LOCALBIN) ## Build the per-pod decision sidecar, bin/fuseboxd (docs/fuseboxd.md).
+	go build -o $(LOCALBIN)/fuseboxd ./cmd/fuseboxd
+
 .PHONY: plugin
 plugin: | $(LOCALBIN) ## Build the kubectl plugin, bin/kubectl-fusebox (put it on your PATH: `kubectl fusebox`).
 	go build -o $(LOCALBIN)/kubectl-fusebox ./cmd/kubectl-fusebox
@@ -151,6 +157,10 @@ image: ## Build the multi-platform manager image without a container engine: bin
 .PHONY: image-example
 image-example: ## Build the image of examples/in-cluster the same way: bin/image-example (OCI layout), bin/image-example.tar.
 	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./examples/in-cluster -entrypoint /in-cluster -title fusebox-example -tag $(EXAMPLE_IMG) -layout $(LOCALBIN)/image-example -archive $(LOCALBIN)/image-example.tar
+
+.PHONY: image-fuseboxd
+image-fuseboxd: ## Build the fuseboxd sidecar image the same way: bin/fuseboxd-image (OCI layout), bin/fuseboxd-image.tar.
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd -tag $(FUSEBOXD_IMG) -layout $(LOCALBIN)/fuseboxd-image -archive $(LOCALBIN)/fuseboxd-image.tar
 
 .PHONY: image-push
 image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).

@@ -53,3 +53,34 @@ func TestLateBreakerAdoptsAtOnce(t *testing.T) {
 		t.Errorf("%d adoptions, want 1", n)
 	}
 }
+
+// TestPublishedAndLoaded: what a program serving the registry to others (cmd/fuseboxd)
+// reads besides the breakers: whether the config is loaded, and each published
+// document's generation and scope; a name nobody published has none.
+func TestPublishedAndLoaded(t *testing.T) {
+	dir := t.TempDir()
+	doc, err := breakerconfig.Marshal(breakerconfig.FromPolicy("payments", 7, breaker.DefaultPolicy(), breakerconfig.ScopeFleet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, breakerconfig.Key("payments")), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := StartAgent(ctx, Options{ConfigDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-a.Done() }()
+	for deadline := time.Now().Add(10 * time.Second); !a.Loaded(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the config was never loaded")
+		}
+	}
+	if c, ok := a.Published("payments"); !ok || c.Generation != 7 || c.Scope != breakerconfig.ScopeFleet {
+		t.Errorf("Published(payments) = %+v, %v; want generation 7, scope Fleet", c, ok)
+	}
+	if _, ok := a.Published("inventory"); ok {
+		t.Error("Published(inventory) found a document nobody published")
+	}
+}

@@ -107,6 +107,27 @@ func (a *Agent) ReportWritten() bool {
 	return !dirty
 }
 
+// Published returns the last good config published for the breaker named name, and
+// whether there is one; false means the breaker runs the default policy. A program that
+// serves breaker states to others (cmd/fuseboxd) reads the generation and scope here.
+func (a *Agent) Published(name string) (breakerconfig.Config, bool) {
+	a.applier.mu.Lock()
+	defer a.applier.mu.Unlock()
+	c := a.applier.breakers[name]
+	if c == nil || c.good == nil {
+		return breakerconfig.Config{}, false
+	}
+	return *c.good, true
+}
+
+// Loaded reports whether a first config (or the knowledge that there is none) has been
+// applied, after which the breakers run their published policies.
+func (a *Agent) Loaded() bool {
+	a.applier.mu.Lock()
+	defer a.applier.mu.Unlock()
+	return a.applier.synced
+}
+
 // Stats returns the agent's counters.
 func (a *Agent) Stats() Stats {
 	s := Stats{ConfigApplies: a.applier.applies.Load(), Adoptions: a.applier.adoptions.Load()}

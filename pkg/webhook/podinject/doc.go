@@ -13,6 +13,16 @@
 //     POD_UID (downward API). Plain init containers run to completion before the
 //     application starts and are left alone.
 //
+// A pod created with the annotation fusebox.dev/sidecar: "true" gets the per-pod
+// decision sidecar, cmd/fuseboxd (docs/fuseboxd.md), for applications in other
+// languages: an init container named fuseboxd with restartPolicy Always (a native
+// sidecar, first, so it serves before the application starts) that has the volume,
+// mount and environment above and requests 10m CPU and 32Mi memory; and an emptyDir,
+// fusebox-socket, mounted at /var/run/fusebox in it, in every container and in every
+// sidecar init container, where the application finds its socket. The application's
+// containers get the configuration too only with fusebox.dev/inject as well. The image
+// is Injector.SidecarImage (DefaultSidecarImage when empty).
+//
 // The webhook never replaces what the pod already has: a volume, a mount at
 // /etc/fusebox or an environment variable of the same name that differs from
 // Fusebox's is kept, and the response carries a warning naming it. What is

@@ -18,6 +18,9 @@ func FuzzInjector(f *testing.F) {
 		`{"metadata":{"annotations":{"fusebox.dev/inject":"true"}},"spec":{"volumes":null,"containers":[{"name":"a","env":[],"volumeMounts":null}],"initContainers":[{"name":"s","restartPolicy":"Always"}]}}`,
 		`{"metadata":{"annotations":{"fusebox.dev/inject":"true"}},"spec":{"volumes":[{"name":"fusebox-breakers","emptyDir":{}}],"containers":[{"name":"a","env":[{"name":"POD_NAME","value":"x"}],"volumeMounts":[{"name":"v","mountPath":"/etc/fusebox/."}]}]}}`,
 		`{"metadata":{"annotations":{"fusebox.dev/inject":"maybe"}},"spec":{"containers":[{}]}}`,
+		`{"metadata":{"annotations":{"fusebox.dev/sidecar":"true"}},"spec":{"containers":[{"name":"a"}]}}`,
+		`{"metadata":{"annotations":{"fusebox.dev/sidecar":"true","fusebox.dev/inject":"true"}},"spec":{"containers":[{"name":"a"},{"name":"b","volumeMounts":[]}],"initContainers":[{"name":"s","restartPolicy":"Always"},{"name":"i"}]}}`,
+		`{"metadata":{"annotations":{"fusebox.dev/sidecar":"true"}},"spec":{"volumes":[{"name":"fusebox-socket","hostPath":{"path":"/x"}}],"containers":[{"name":"a","volumeMounts":[{"name":"v","mountPath":"/var/run/fusebox/"}]}],"initContainers":[{"name":"fuseboxd","image":"mine"}]}}`,
 		`{"spec":{"containers":[{"name":"a"}]}}`,
 		`[]`, `null`, `{"spec":null}`, ``,
 	} {

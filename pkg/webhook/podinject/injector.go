@@ -34,16 +34,20 @@ const (
 // (fusebox-system: edit the patch below if you deploy elsewhere), and in no
 // namespace labelled fusebox.dev/injection=disabled.
 //
-// +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=ignore,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=inject.pods.fusebox.dev,admissionReviewVersions=v1,reinvocationPolicy=Never,timeoutSeconds=5,patch=`{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","kube-public","kube-node-lease","fusebox-system"]},{"key":"fusebox.dev/injection","operator":"NotIn","values":["disabled"]}]},"matchConditions":[{"name":"annotated","expression":"has(object.metadata.annotations) && 'fusebox.dev/inject' in object.metadata.annotations"}]}`
+// +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=ignore,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=inject.pods.fusebox.dev,admissionReviewVersions=v1,reinvocationPolicy=Never,timeoutSeconds=5,patch=`{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","kube-public","kube-node-lease","fusebox-system"]},{"key":"fusebox.dev/injection","operator":"NotIn","values":["disabled"]}]},"matchConditions":[{"name":"annotated","expression":"has(object.metadata.annotations) && ('fusebox.dev/inject' in object.metadata.annotations || 'fusebox.dev/sidecar' in object.metadata.annotations)"}]}`
 
 // Injector is the admission handler of the pod webhook. It is stateless and
 // safe for concurrent use.
-type Injector struct{}
+type Injector struct {
+	// SidecarImage is the image of the fuseboxd sidecar (SidecarAnnotation); empty
+	// means DefaultSidecarImage.
+	SidecarImage string
+}
 
 var _ admission.Handler = Injector{}
 
 // Handle implements admission.Handler.
-func (Injector) Handle(_ context.Context, req admission.Request) admission.Response {
+func (i Injector) Handle(_ context.Context, req admission.Request) admission.Response {
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("fusebox pod injection: expected a Pod, got %q", req.Kind.String()))
 	}
@@ -59,7 +63,11 @@ func (Injector) Handle(_ context.Context, req admission.Request) admission.Respo
 	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("fusebox pod injection: cannot decode the pod: %w", err))
 	}
+	sidecar := pod.Annotations[SidecarAnnotation] == "true"
 	switch v, ok := pod.Annotations[resiliencev1alpha1.AnnotationInject]; {
+	case sidecar:
+		// The sidecar gets the configuration; with both annotations the application's
+		// containers get it too.
 	case !ok || v == "false":
 		return admission.Allowed("")
 	case v != "true":
@@ -71,11 +79,14 @@ func (Injector) Handle(_ context.Context, req admission.Request) admission.Respo
 		// never patch paths the object does not have.
 		return admission.Allowed("")
 	}
-	ops, warnings := Plan(&pod)
-	if len(ops) == 0 {
-		return admission.Allowed("").WithWarnings(warnings...)
+	var p planner
+	if pod.Annotations[resiliencev1alpha1.AnnotationInject] == "true" {
+		p.plan(&pod)
 	}
-	return admission.Patched("", ops...).WithWarnings(warnings...)
+	if sidecar {
+		p.sidecar(&pod, i.SidecarImage) // last: it inserts the first init container
+	}
+	return patched(p.ops, p.warnings)
 }
 
 // Plan returns the JSON patch that injects Fusebox into pod, and a warning for
@@ -84,6 +95,11 @@ func (Injector) Handle(_ context.Context, req admission.Request) admission.Respo
 // warnings.
 func Plan(pod *corev1.Pod) ([]jsonpatch.JsonPatchOperation, []string) {
 	var p planner
+	p.plan(pod)
+	return p.ops, p.warnings
+}
+
+func (p *planner) plan(pod *corev1.Pod) {
 	p.volume(pod.Spec.Volumes)
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
@@ -94,12 +110,16 @@ func Plan(pod *corev1.Pod) ([]jsonpatch.JsonPatchOperation, []string) {
 	for i := range pod.Spec.Containers {
 		p.container(fmt.Sprintf("/spec/containers/%d", i), "container", &pod.Spec.Containers[i])
 	}
-	return p.ops, p.warnings
 }
 
 type planner struct {
 	ops      []jsonpatch.JsonPatchOperation
 	warnings []string
+	// created holds the array paths an operation of this patch creates, to which
+	// later items are appended rather than created again (sidecar.go).
+	created map[string]bool
+	// configVolume: the ConfigMap volume has been planned (or found).
+	configVolume bool
 }
 
 func (p *planner) add(path string, value any) {
@@ -127,6 +147,10 @@ func injectedVolume() corev1.Volume {
 // volume named fusebox-breakers is most likely meant for Fusebox (a projected
 // volume, say).
 func (p *planner) volume(volumes []corev1.Volume) {
+	if p.configVolume {
+		return
+	}
+	p.configVolume = true
 	for _, v := range volumes {
 		if v.Name != VolumeName {
 			continue
@@ -137,7 +161,7 @@ func (p *planner) volume(volumes []corev1.Volume) {
 		return
 	}
 	if volumes == nil {
-		p.add("/spec/volumes", []corev1.Volume{injectedVolume()})
+		p.create("/spec/volumes", []corev1.Volume{injectedVolume()})
 		return
 	}
 	p.add("/spec/volumes/-", injectedVolume())
@@ -164,7 +188,7 @@ func (p *planner) mount(at, kind string, c *corev1.Container) {
 	}
 	m := corev1.VolumeMount{Name: VolumeName, MountPath: MountPath, ReadOnly: true}
 	if c.VolumeMounts == nil {
-		p.add(at+"/volumeMounts", []corev1.VolumeMount{m})
+		p.create(at+"/volumeMounts", []corev1.VolumeMount{m})
 		return
 	}
 	p.add(at+"/volumeMounts/-", m)

@@ -1,0 +1,138 @@
+// Command fuseboxd is the per-pod decision sidecar (docs/design.md §8): it runs the pod's
+// breakers with pkg/breaker/kube, as a Go application would, and serves them to programs
+// in any language over a Unix socket.
+//
+// In a pod it reads the cluster as kube.FromEnvironment does (POD_NAME, POD_NAMESPACE,
+// POD_UID from the downward API) and writes the pod's BreakerReport. With --config-dir it
+// needs no API server: it reads the rendered config from DIR/<name>.json, laid out as the
+// mounted fusebox-breakers ConfigMap, hot-reloads it, and reports nowhere.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/fusebox-dev/fusebox/internal/fuseboxd"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fuseboxd:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		socket     = flag.String("socket", "/var/run/fusebox/fusebox.sock", "Unix socket to serve the API on")
+		listen     = flag.String("listen", "", "also serve on this loopback address (127.0.0.1:PORT); no other address is accepted")
+		configDir  = flag.String("config-dir", "", "read the breaker config from DIR/<name>.json (the ConfigMap's layout) instead of the cluster, and report nowhere")
+		kubeconfig = flag.String("kubeconfig", "", "outside a pod: reach the cluster with this kubeconfig, speaking for the pod that POD_NAME, POD_NAMESPACE and POD_UID name")
+		grace      = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write may take at shutdown")
+		debug      = flag.Bool("debug", false, "log at debug level")
+	)
+	flag.Parse()
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+
+	var o kube.Options
+	switch {
+	case *configDir != "":
+		o = kube.Options{ConfigDir: *configDir}
+	case *kubeconfig != "":
+		cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err != nil {
+			return err
+		}
+		o = kube.Options{Config: cfg, Pod: os.Getenv(kube.EnvPodName), Namespace: os.Getenv(kube.EnvNamespace), PodUID: os.Getenv(kube.EnvPodUID)}
+	default:
+		var err error
+		if o, err = kube.OptionsFromEnvironment(); err != nil {
+			return err
+		}
+	}
+	o.Logger = log
+
+	// The agent outlives the server: permits settled at shutdown still reach the report.
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	agent, err := kube.StartAgent(agentCtx, o)
+	if err != nil {
+		return err
+	}
+	srv, err := fuseboxd.New(fuseboxd.Options{
+		Registry:  agent.Registry(),
+		Published: agent.Published,
+		Ready:     agent.Loaded,
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+
+	var lns []net.Listener
+	ln, err := fuseboxd.ListenUnix(*socket)
+	if err != nil {
+		return err
+	}
+	lns = append(lns, ln)
+	if *listen != "" {
+		tl, err := fuseboxd.ListenLoopback(*listen)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		lns = append(lns, tl)
+	}
+	errc := make(chan error, len(lns))
+	for _, l := range lns {
+		log.Info("Serving the breaker API", "address", l.Addr().String())
+		go func() { errc <- srv.Serve(l) }()
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var serveErr error
+	select {
+	case s := <-sigs:
+		log.Info("Shutting down", "signal", s.String())
+	case serveErr = <-errc:
+		log.Error("Serving failed; shutting down", "error", serveErr)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("Requests still in progress at shutdown", "error", err)
+	}
+	_ = os.Remove(*socket)
+	// Leave the report consistent: wait (within the grace period) for the transitions the
+	// last settles caused to be written.
+	for !agent.ReportWritten() && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopAgent()
+	select {
+	case <-agent.Done():
+	case <-ctx.Done():
+	}
+	if serveErr != nil && !errors.Is(serveErr, net.ErrClosed) {
+		return serveErr
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package fuseboxd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// Limits of the API (docs/design.md §8).
+const (
+	// MaxLease is the longest lease a permit can have, whatever the client asks.
+	MaxLease = 10 * time.Minute
+	// MaxBody is the largest request body accepted; a larger one gets 413.
+	MaxBody = 64 << 10
+	// DefaultMaxPermits bounds the permits outstanding at once: with every client
+	// leaking, memory stays at about this many permits (a few hundred bytes each).
+	DefaultMaxPermits = 1 << 16
+	// DefaultMaxBreakers bounds the breakers a client can create by naming them: a name
+	// nobody published gets the default policy, but a client looping over random names
+	// must not grow the registry without end.
+	DefaultMaxBreakers = 1024
+)
+
+// Options configure a [Server].
+type Options struct {
+	// Registry holds the breakers served; required.
+	Registry *breaker.Registry
+	// Published returns the last good published config of a breaker (for its generation
+	// and scope), as kube.Agent.Published does; nil means nothing is published.
+	Published func(name string) (breakerconfig.Config, bool)
+	// Ready reports whether the config has been loaded (for /readyz); nil means always.
+	Ready func() bool
+	// MaxPermits bounds the outstanding permits; zero means DefaultMaxPermits.
+	MaxPermits int
+	// MaxBreakers bounds the breakers the registry may hold before a request naming a
+	// new, unpublished one is refused; zero means DefaultMaxBreakers.
+	MaxBreakers int
+	// ExpiryInterval is how often lapsed permits are dropped; zero means one second.
+	ExpiryInterval time.Duration
+	// Clock measures leases; nil means the system clock. Tests give the breakers' clock.
+	Clock breaker.Clock
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves the local decision API over any number of listeners.
+type Server struct {
+	reg         *breaker.Registry
+	published   func(string) (breakerconfig.Config, bool)
+	ready       func() bool
+	maxBreakers int
+	log         *slog.Logger
+	permits     *permits
+	now         func() time.Time
+	http        *http.Server
+
+	stop     context.CancelFunc
+	stopped  chan struct{}
+	shutOnce sync.Once
+}
+
+// New returns a Server for o and starts dropping lapsed permits; [Server.Shutdown]
+// stops it.
+func New(o Options) (*Server, error) {
+	if o.Registry == nil {
+		return nil, errors.New("fuseboxd: Options.Registry is nil")
+	}
+	s := &Server{
+		reg:         o.Registry,
+		published:   o.Published,
+		ready:       o.Ready,
+		maxBreakers: o.MaxBreakers,
+		log:         o.Logger,
+		stopped:     make(chan struct{}),
+	}
+	if s.published == nil {
+		s.published = func(string) (breakerconfig.Config, bool) { return breakerconfig.Config{}, false }
+	}
+	if s.ready == nil {
+		s.ready = func() bool { return true }
+	}
+	if s.maxBreakers <= 0 {
+		s.maxBreakers = DefaultMaxBreakers
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	maxPermits := o.MaxPermits
+	if maxPermits <= 0 {
+		maxPermits = DefaultMaxPermits
+	}
+	interval := o.ExpiryInterval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	s.permits = newPermits(maxPermits)
+	s.now = time.Now
+	if o.Clock != nil {
+		s.now = o.Clock.Now
+	}
+	s.http = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	go func() {
+		defer close(s.stopped)
+		s.permits.runExpiry(ctx, interval, s.now)
+	}()
+	return s, nil
+}
+
+// Serve accepts connections on ln until Shutdown; it returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Outstanding is how many permits are waiting for their outcome.
+func (s *Server) Outstanding() int { return s.permits.len() }
+
+// Shutdown stops accepting requests, waits (within ctx) for those in progress, and
+// settles every outstanding permit as ignored: the calls they admitted count as neither
+// success nor failure, and a probe's slot is freed at once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutOnce.Do(func() {
+		err = s.http.Shutdown(ctx)
+		n := s.permits.close()
+		s.stop()
+		<-s.stopped
+		if n > 0 {
+			s.log.Info("Settled outstanding permits as ignored", "permits", n)
+		}
+	})
+	return err
+}
+
+// ListenUnix listens on the Unix socket path, replacing a socket a previous run left
+// behind (but no other kind of file). The socket is writable by every user: the pod's
+// containers may run as different users, and only they mount its directory.
+func ListenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("fuseboxd: %s exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("fuseboxd: remove stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("fuseboxd: %w", err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("fuseboxd: %w", err)
+	}
+	return ln, nil
+}
+
+// ListenLoopback listens on addr, which must be a loopback IP address and a port
+// ("127.0.0.1:8089", "[::1]:8089"): the API has no authentication, so it must never be
+// reachable from outside the pod.
+func ListenLoopback(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("fuseboxd: --listen %q: %w", addr, err)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("fuseboxd: --listen %q: only a loopback IP address is allowed (such as 127.0.0.1)", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("fuseboxd: %w", err)
+	}
+	return ln, nil
+}

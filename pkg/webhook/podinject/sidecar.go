@@ -1,0 +1,142 @@
+package podinject
+
+import (
+	"fmt"
+	"path"
+
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// The per-pod decision sidecar (cmd/fuseboxd, docs/fuseboxd.md), injected when a pod
+// carries SidecarAnnotation: "true".
+const (
+	SidecarAnnotation = "fusebox.dev/sidecar"
+	SidecarName       = "fuseboxd"
+	SocketVolumeName  = "fusebox-socket"
+	SocketDir         = "/var/run/fusebox"
+	// DefaultSidecarImage is the sidecar's image when the Injector names none.
+	DefaultSidecarImage = "ghcr.io/fusebox-dev/fuseboxd:latest"
+)
+
+// Requests of the sidecar: the daemon idles at a few millicores, and its resident
+// memory with 100 breakers is about 28 MiB (docs/benchmarks.md, "fuseboxd"). No limits:
+// a sidecar throttled or killed under a burst would fail every worker's calls open.
+var sidecarRequests = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("10m"),
+	corev1.ResourceMemory: resource.MustParse("32Mi"),
+}
+
+// sidecarContainer is the fuseboxd native sidecar: an init container that keeps
+// running (restartPolicy Always), started before the application's containers, reading
+// the mounted ConfigMap and reporting as the pod (the same environment Plan gives
+// containers), serving its socket on the shared emptyDir.
+func sidecarContainer(image string) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	return corev1.Container{
+		Name:          SidecarName,
+		Image:         image,
+		Args:          []string{"--socket", path.Join(SocketDir, "fusebox.sock")},
+		RestartPolicy: &always,
+		Env:           injectedEnv(),
+		Resources:     corev1.ResourceRequirements{Requests: sidecarRequests},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: VolumeName, MountPath: MountPath, ReadOnly: true},
+			{Name: SocketVolumeName, MountPath: SocketDir},
+		},
+	}
+}
+
+// PlanSidecar returns the JSON patch that adds the fuseboxd sidecar to pod and mounts
+// its socket's directory in every container, and a warning for each thing it left
+// alone. Like Plan it adds only, and planning the patched pod again yields nothing.
+func PlanSidecar(pod *corev1.Pod, image string) ([]jsonpatch.JsonPatchOperation, []string) {
+	var p planner
+	p.sidecar(pod, image)
+	return p.ops, p.warnings
+}
+
+func (p *planner) sidecar(pod *corev1.Pod, image string) {
+	if image == "" {
+		image = DefaultSidecarImage
+	}
+	p.volume(pod.Spec.Volumes)
+	p.socketVolume(pod.Spec.Volumes)
+	present := false
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == SidecarName {
+			present = true
+			continue
+		}
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			p.socketMount(fmt.Sprintf("/spec/initContainers/%d", i), "init container", c)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		p.socketMount(fmt.Sprintf("/spec/containers/%d", i), "container", &pod.Spec.Containers[i])
+	}
+	if present {
+		return // injected already, or the pod brings its own
+	}
+	// First, so that it is serving before any other container starts.
+	if pod.Spec.InitContainers == nil && !p.created["/spec/initContainers"] {
+		p.create("/spec/initContainers", []corev1.Container{sidecarContainer(image)})
+		return
+	}
+	p.add("/spec/initContainers/0", sidecarContainer(image))
+}
+
+func (p *planner) socketVolume(volumes []corev1.Volume) {
+	for _, v := range volumes {
+		if v.Name == SocketVolumeName {
+			if v.EmptyDir == nil {
+				p.warn("kept the pod's own volume %q, which is not an emptyDir; it is what %s mounts", SocketVolumeName, SocketDir)
+			}
+			return
+		}
+	}
+	appendItem(p, "/spec/volumes", volumes != nil, corev1.Volume{Name: SocketVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+}
+
+// socketMount mounts the socket's directory in c unless it mounts something there.
+func (p *planner) socketMount(at, kind string, c *corev1.Container) {
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) == SocketDir {
+			if m.Name != SocketVolumeName {
+				p.warn("%s %q: kept its own volume mount at %s (volume %q)", kind, c.Name, SocketDir, m.Name)
+			}
+			return
+		}
+	}
+	appendItem(p, at+"/volumeMounts", c.VolumeMounts != nil, corev1.VolumeMount{Name: SocketVolumeName, MountPath: SocketDir})
+}
+
+// create adds the array at path, which later items of this patch are appended to.
+func (p *planner) create(path string, value any) {
+	if p.created == nil {
+		p.created = map[string]bool{}
+	}
+	p.created[path] = true
+	p.add(path, value)
+}
+
+// appendItem appends item to the array at path, creating it when neither the pod
+// (exists) nor an earlier operation of this patch has it.
+func appendItem[T any](p *planner, path string, exists bool, item T) {
+	if exists || p.created[path] {
+		p.add(path+"/-", item)
+		return
+	}
+	p.create(path, []T{item})
+}
+
+// patched answers with ops and warnings: unchanged when there is nothing to add.
+func patched(ops []jsonpatch.JsonPatchOperation, warnings []string) admission.Response {
+	if len(ops) == 0 {
+		return admission.Allowed("").WithWarnings(warnings...)
+	}
+	return admission.Patched("", ops...).WithWarnings(warnings...)
+}

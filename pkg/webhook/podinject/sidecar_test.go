@@ -1,0 +1,82 @@
+package podinject
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+)
+
+// TestSidecar: fusebox.dev/sidecar: "true" adds fuseboxd as the first init container,
+// a native sidecar with the pod's identity, the mounted config and small requests, and
+// mounts the socket's emptyDir in every container; admitting the result again patches
+// nothing. With fusebox.dev/inject too, the application's containers also get the config.
+func TestSidecar(t *testing.T) {
+	for _, both := range []bool{false, true} {
+		annotations := map[string]string{SidecarAnnotation: "true"}
+		if both {
+			annotations[resiliencev1alpha1.AnnotationInject] = "true"
+		}
+		always := corev1.ContainerRestartPolicyAlways
+		in := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
+			Spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{{Name: "migrate"}, {Name: "proxy", RestartPolicy: &always}},
+				Containers:     []corev1.Container{{Name: "php-fpm"}, {Name: "worker"}},
+			},
+		}
+		out, resp := admit(t, mustJSON(t, in))
+		if len(resp.Warnings) != 0 {
+			t.Errorf("warnings: %q", resp.Warnings)
+		}
+		pod := decodePod(t, out)
+		if n := len(pod.Spec.InitContainers); n != 3 || pod.Spec.InitContainers[0].Name != SidecarName {
+			t.Fatalf("init containers %+v, want fuseboxd first of 3", pod.Spec.InitContainers)
+		}
+		sc := pod.Spec.InitContainers[0]
+		if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways || sc.Image != DefaultSidecarImage {
+			t.Errorf("sidecar %+v: want restartPolicy Always and the default image", sc)
+		}
+		hasInjected(t, "sidecar", sc)
+		if sc.Resources.Requests.Memory().String() != "32Mi" || sc.Resources.Requests.Cpu().String() != "10m" || sc.Resources.Limits != nil {
+			t.Errorf("sidecar resources %+v, want requests 10m and 32Mi, no limits", sc.Resources)
+		}
+		socket := func(c corev1.Container) bool {
+			return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == SocketVolumeName && m.MountPath == SocketDir
+			})
+		}
+		for _, c := range append([]corev1.Container{sc, pod.Spec.InitContainers[2]}, pod.Spec.Containers...) {
+			if !socket(c) {
+				t.Errorf("%s: no socket mount: %+v", c.Name, c.VolumeMounts)
+			}
+		}
+		if socket(pod.Spec.InitContainers[1]) {
+			t.Error("a plain init container, which runs before the sidecar serves, got the socket")
+		}
+		if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == SocketVolumeName && v.EmptyDir != nil }) ||
+			!slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == VolumeName && v.ConfigMap != nil }) || len(pod.Spec.Volumes) != 2 {
+			t.Errorf("volumes %+v, want the socket's emptyDir and the config", pod.Spec.Volumes)
+		}
+		if got := slices.ContainsFunc(pod.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" }); got != both {
+			t.Errorf("with inject=%v the application's container has POD_NAME: %v", both, got)
+		}
+		again, resp := admit(t, out)
+		if len(resp.Patches) != 0 || string(again) != string(out) {
+			t.Errorf("second admission patched %s", mustJSON(t, resp.Patches))
+		}
+	}
+}
+
+// TestSidecarImage: the Injector's image is the sidecar's.
+func TestSidecarImage(t *testing.T) {
+	ops, _ := PlanSidecar(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}}, "registry.example/fuseboxd:v1")
+	last := ops[len(ops)-1]
+	c, ok := last.Value.([]corev1.Container)
+	if last.Path != "/spec/initContainers" || !ok || c[0].Image != "registry.example/fuseboxd:v1" {
+		t.Fatalf("last operation %+v, want the init containers with the given image", last)
+	}
+}
