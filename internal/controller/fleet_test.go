@@ -322,6 +322,8 @@ func backedOff(k int, openTimeout, maxOpenTimeout time.Duration) time.Duration {
 // adopted the verdicts before report nothing that moves it.
 func TestDecideFleetBacksOffAcrossTheFleet(t *testing.T) {
 	const openTimeout, maxOpenTimeout = time.Second, 10 * time.Second
+	backoffBreaker := fleetBreaker(0)
+	backoffBreaker.Spec.MaxOpenTimeout = &metav1.Duration{Duration: maxOpenTimeout}
 	pods := []string{"a", "b", "c", "d"}
 	var history []member // each pod's latest line
 	for i, p := range pods {
@@ -346,13 +348,14 @@ func TestDecideFleetBacksOffAcrossTheFleet(t *testing.T) {
 			m.entry.ConsecutiveOpens, m.entry.OpenTimeout = int32(k-1), &metav1.Duration{Duration: backedOff(max(k-1, 1), openTimeout, maxOpenTimeout)}
 			history[i] = m
 		}
-		d := decideFleet(fleetBreaker(0), history)
+		d := decideFleet(backoffBreaker, history)
 		v := d.verdict
 		if !d.open || v == nil || v.State != breakerconfig.StateOpen || !v.Since.Equal(t0.Add(offset)) {
 			t.Fatalf("open %d: decision open=%v verdict %+v, want Open since t0+%s", k, d.open, v, offset)
 		}
-		if v.ConsecutiveOpens != k || time.Duration(v.OpenTimeout) != want {
-			t.Errorf("open %d: verdict carries k=%d period %s, want k=%d period %s", k, v.ConsecutiveOpens, time.Duration(v.OpenTimeout), k, want)
+		// The count stops where the backoff reaches maxOpenTimeout: 1s, 2s, 4s, 8s, 10s.
+		if wantK := min(k, 5); v.ConsecutiveOpens != wantK || time.Duration(v.OpenTimeout) != want {
+			t.Errorf("open %d: verdict carries k=%d period %s, want k=%d period %s", k, v.ConsecutiveOpens, time.Duration(v.OpenTimeout), wantK, want)
 		}
 		offset += want + 100*time.Millisecond
 	}
@@ -371,13 +374,15 @@ func TestDecideFleetOpenPeriodFromTheOpenThatStartedIt(t *testing.T) {
 		openedK("y", tripped, 6*s, 1, 30*s),
 	}
 	members := append(closedPods("p", 7), opens...)
-	d := decideFleet(fleetBreaker(30), members)
+	cb := fleetBreaker(30)
+	cb.Spec.OpenTimeout, cb.Spec.MaxOpenTimeout = &metav1.Duration{Duration: 30 * s}, &metav1.Duration{Duration: 2 * time.Minute}
+	d := decideFleet(cb, members)
 	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(1*s)) || v.ConsecutiveOpens != 1 || time.Duration(v.OpenTimeout) != 30*s {
 		t.Errorf("verdict %+v, want w's: since t0+1s, k=1, 30s", v)
 	}
 	// A closed pod earns the fourth Open of ten: the quorum of 3 was complete at x's.
 	members = append(append(closedPods("p", 6), opens...), openedK("z", failed, 7*s, 3, 2*time.Minute))
-	d = decideFleet(fleetBreaker(30), members)
+	d = decideFleet(cb, members)
 	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(5*s)) || v.ConsecutiveOpens != 2 || time.Duration(v.OpenTimeout) != 60*s {
 		t.Errorf("verdict %+v, want x's: since t0+5s, k=2, 1m", v)
 	}
