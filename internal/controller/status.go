@@ -21,13 +21,13 @@ import (
 const minCountsInterval = time.Second
 
 // minWriteInterval is how close together two status writes of one breaker may be, for
-// any change: at most 5 a second, and so at most 5 of the Events that follow writes,
-// whatever its pods report (a pod flapping its report as fast as the API server takes
-// it fanned out to one status write and one Event per breaker per flap). The first
-// change after a quiet interval is written at once: only the follow-ups wait, and what
-// they changed meanwhile is coalesced into one write whose Events say how many state
-// changes it stands for.
-const minWriteInterval = 200 * time.Millisecond
+// any change: at most 4 a second, so at most 5 in any second even with the jitter of a
+// loaded machine, whatever its pods report (a pod flapping its report as fast as the API
+// server takes it fanned out to one status write and one Event per breaker per flap).
+// The first change after a quiet interval is written at once: only the follow-ups wait,
+// and what they changed meanwhile is coalesced into one write, whose Event says how many
+// state changes it stands for.
+const minWriteInterval = 250 * time.Millisecond
 
 // writeRecord is what the reconciler remembers of one breaker's status writes.
 type writeRecord struct {
