@@ -68,7 +68,8 @@ func TestDecideFleetTakesTheOpenPeriodFromTheSpecNotTheReport(t *testing.T) {
 	}{
 		{"876000h on a first open", 1, 876000 * time.Hour, 1, 10 * time.Second},
 		{"876000h on a 3rd open", 3, 876000 * time.Hour, 3, 40 * time.Second},
-		{"a count of 2^31-1", math.MaxInt32, time.Minute, 4, time.Minute},
+		{"a count of 2^31-1", math.MaxInt32, time.Minute, maxCountedOpens, time.Minute},
+		{"a count past where the period stops growing is still counted", 7, time.Minute, 7, time.Minute},
 		{"a shorter period than the spec's", 2, time.Millisecond, 2, 20 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

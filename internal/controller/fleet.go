@@ -115,13 +115,22 @@ func latest(a, b time.Time) time.Time {
 // setOpenPeriod gives an Open verdict the open period the spec gives the report that
 // started it (specOpenPeriod). A report that carries no period (an agent that predates
 // backoff) gives none, and the pods keep their own policy's, which is the spec's.
+//
+// The count the verdict carries is the pod's, at least 1 and at most maxCountedOpens:
+// it is what the pods count on from and what the status shows, and a fleet's count
+// goes on past the point where its period stops growing (each re-open is news), but it
+// lengthens no period past what the spec's backoff reaches.
 func setOpenPeriod(v *breakerconfig.Verdict, cb *resiliencev1alpha1.CircuitBreaker, e resiliencev1alpha1.BreakerReportEntry) {
 	if e.ConsecutiveOpens <= 0 && e.OpenTimeout == nil {
 		return
 	}
-	k, period := specOpenPeriod(cb, e.ConsecutiveOpens)
-	v.ConsecutiveOpens, v.OpenTimeout = int(k), breakerconfig.Duration(period)
+	_, period := specOpenPeriod(cb, e.ConsecutiveOpens)
+	v.ConsecutiveOpens, v.OpenTimeout = int(min(max(e.ConsecutiveOpens, 1), maxCountedOpens)), breakerconfig.Duration(period)
 }
+
+// maxCountedOpens is the most consecutive opens a verdict or a status says: a
+// thousand re-opens without a close is an outage of days even at a 1-minute maximum.
+const maxCountedOpens = 1000
 
 // specOpenPeriod is the k-th consecutive open period cb's spec allows (docs/design.md §5.13):
 // min(openTimeout × 2^(k-1), maxOpenTimeout), or openTimeout without maxOpenTimeout. A

@@ -31,10 +31,14 @@ func fleetVerdict(g Gomega, ctx context.Context, ns, name string) (string, time.
 // ms is t as a report carries it.
 func ms(t time.Time) time.Time { return breakerconfig.NewTime(t).Time }
 
+// fleet makes a breaker's scope Fleet with that quorum and an open period of 1s, shorter
+// than the skew: a Closed earned any time after the fleet's open counts (decideFleet).
+// A spec that needs a longer one sets it after.
 func fleet(quorum int32) func(*resiliencev1alpha1.CircuitBreakerSpec) {
 	return func(s *resiliencev1alpha1.CircuitBreakerSpec) {
 		s.Scope = resiliencev1alpha1.ScopeFleet
 		s.FleetQuorumPercent = ptr.To(quorum)
+		s.OpenTimeout = &metav1.Duration{Duration: time.Second}
 	}
 }
 
@@ -172,10 +176,14 @@ var _ = Describe("Fleet verdicts from BreakerReports", func() {
 		Eventually(func(g Gomega) {
 			state, since := fleetVerdict(g, ctx, ns, "skew")
 			g.Expect(state).To(Equal("Open"))
-			g.Expect(since).To(BeTemporally("~", written, 2*time.Second), "the report's write time, not its since")
+			g.Expect(since).To(BeTemporally(">=", written.Add(maxClockSkew)), "first sight + the skew")
+			g.Expect(since).To(BeTemporally("<", written.Add(maxClockSkew+time.Second)), "first sight + the skew, not the report's since")
 			g.Expect(condition(getBreaker(g, ctx, ns, "skew"), "Open").Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
 
+		// Probes earned after the fleet's open, as the operator dates it.
+		_, openedAt := fleetVerdict(Default, ctx, ns, "skew")
+		time.Sleep(time.Until(openedAt.Add(100 * time.Millisecond)))
 		closedAt := time.Now()
 		reports(ctx, ns, "prober", entry("skew", "Closed", "ProbesSucceeded", closedAt, 1))
 		Eventually(func(g Gomega) {
@@ -353,9 +361,8 @@ func TestDecideFleetBacksOffAcrossTheFleet(t *testing.T) {
 		if !d.open || v == nil || v.State != breakerconfig.StateOpen || !v.Since.Equal(t0.Add(offset)) {
 			t.Fatalf("open %d: decision open=%v verdict %+v, want Open since t0+%s", k, d.open, v, offset)
 		}
-		// The count stops where the backoff reaches maxOpenTimeout: 1s, 2s, 4s, 8s, 10s.
-		if wantK := min(k, 5); v.ConsecutiveOpens != wantK || time.Duration(v.OpenTimeout) != want {
-			t.Errorf("open %d: verdict carries k=%d period %s, want k=%d period %s", k, v.ConsecutiveOpens, time.Duration(v.OpenTimeout), wantK, want)
+		if v.ConsecutiveOpens != k || time.Duration(v.OpenTimeout) != want {
+			t.Errorf("open %d: verdict carries k=%d period %s, want k=%d period %s", k, v.ConsecutiveOpens, time.Duration(v.OpenTimeout), k, want)
 		}
 		offset += want + 100*time.Millisecond
 	}

@@ -84,7 +84,7 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 		if severity(m.entry.State) > severity(state) {
 			state = m.entry.State
 		}
-		v.consecutiveOpens = max(v.consecutiveOpens, m.entry.ConsecutiveOpens)
+		v.consecutiveOpens = min(max(v.consecutiveOpens, m.entry.ConsecutiveOpens), maxCountedOpens)
 		if t := m.entry.OpenTimeout; t != nil && (v.openTimeout == nil || t.Duration > v.openTimeout.Duration) {
 			v.openTimeout = &metav1.Duration{Duration: t.Duration}
 		}
