@@ -172,7 +172,6 @@ var _ = Describe("What one pod's reports cannot do to the fleet", func() {
 			e.Keys = &resiliencev1alpha1.KeySummary{Keys: 3, Open: open}
 			return e
 		}
-		reports(ctx, ns, "honest", entry("keys", "Closed", "Started", time.Now(), 1))
 		rogue := asPod(ctx, ns, "rogue")
 		largest := int32(math.MaxInt32)
 		err := writeOwn(ctx, rogue, ownReport(ctx, ns, "rogue", group(resiliencev1alpha1.StateClosed, started, largest)))
@@ -199,6 +198,11 @@ var _ = Describe("What one pod's reports cannot do to the fleet", func() {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "shape", fleet(100)))).To(Succeed())
 		reports(ctx, ns, "a", entry("shape", "Open", "Tripped", time.Now(), 1))
 		reports(ctx, ns, "b", entry("shape", "Closed", "Started", time.Now(), 1))
+		Eventually(func(g Gomega) {
+			cb := getBreaker(g, ctx, ns, "shape")
+			g.Expect(cb.Status.MemberCounts).To(HaveField("Reporting", BeEquivalentTo(2)))
+			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateHalfOpen))
+		}).Should(Succeed())
 		e := line("shape", resiliencev1alpha1.StateClosed, started, time.Now())
 		e.Keys = &resiliencev1alpha1.KeySummary{}
 		rogue := asPod(ctx, ns, "rogue")
