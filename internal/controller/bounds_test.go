@@ -1,11 +1,13 @@
 package controller
 
 import (
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -386,5 +388,49 @@ func TestStatusWritesAreSpaced(t *testing.T) {
 	r.forgetWrites("ns", nil)
 	if w := r.writeWait(key, stored, opened); w != 0 {
 		t.Errorf("a deleted breaker's record was kept: waits %s", w)
+	}
+}
+
+// A breaker Group is one line per pod; the status adds the lines up.
+func TestAggregateKeys(t *testing.T) {
+	group := func(pod string, keys, open, halfOpen int32, worst ...string) member {
+		m := at(pod, closed, started, 0)
+		m.entry.Keys = &resiliencev1alpha1.KeySummary{Keys: keys, Open: open, HalfOpen: halfOpen, Worst: worst}
+		return m
+	}
+	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1}}
+	if v := aggregate(cb, closedPods("p", 3)); v.keys != nil {
+		t.Errorf("no Group: keys %+v, want none", v.keys)
+	}
+	members := []member{
+		group("a", 40, 3, 1, "h1", "h2", "h3", "h9"),
+		group("b", 55, 2, 0, "h2", "h3"),
+		group("c", 12, 0, 0),
+		group("d", 30, 4, 2, "h3", "h4", "h5", "h6", "h7"),
+		at("e", closed, started, 0), // a pod whose agent predates Groups
+	}
+	v := aggregate(cb, members)
+	want := resiliencev1alpha1.KeySummary{Keys: 55, Open: 9, HalfOpen: 3, Worst: []string{"h3", "h2", "h1", "h4", "h5"}}
+	if v.keys == nil || !equality.Semantic.DeepEqual(*v.keys, want) {
+		t.Errorf("keys %+v, want %+v", v.keys, want)
+	}
+	if v.listed[0].Keys == nil || v.listed[0].Keys == members[0].entry.Keys {
+		t.Errorf("member keys %+v, want a copy of the pod's", v.listed[0].Keys)
+	}
+	if v := aggregate(cb, []member{group("a", 3, 0, 0)}); v.keys == nil || v.keys.Keys != 3 || v.keys.Worst != nil {
+		t.Errorf("a quiet Group: %+v", v.keys)
+	}
+	// Status round trip: what the API server stores is what is computed again.
+	desired := desiredStatus(outcome{breaker: cb}, aggregate(cb, members))
+	raw, err := json.Marshal(desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored resiliencev1alpha1.CircuitBreaker
+	if err := json.Unmarshal(raw, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if again := desiredStatus(outcome{breaker: &stored}, aggregate(&stored, members)); !equality.Semantic.DeepEqual(stored.Status, again.Status) {
+		t.Errorf("stored status differs from the one computed again:\nstored %+v\nagain  %+v", stored.Status, again.Status)
 	}
 }
