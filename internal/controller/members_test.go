@@ -279,6 +279,7 @@ func TestConditionMessages(t *testing.T) {
 	slowScope.Spec.SlowCallDuration = &metav1.Duration{Duration: 2 * time.Second}
 	slowFleet := fleetBreaker(0)
 	slowFleet.Spec.SlowCallDuration = &metav1.Duration{Duration: 250 * time.Millisecond}
+	slowFleet.Spec.MaxOpenTimeout = &metav1.Duration{Duration: time.Minute} // its 2nd open lasts 2s
 	slowly := func(m member) member {
 		m.entry.Trigger = breakerconfig.TriggerSlowCallRate
 		m.entry.SlowCallRatePercent, m.entry.FailureRatePercent, m.entry.Calls = ptr.To[int32](85), ptr.To[int32](0), ptr.To[int64](20)
