@@ -90,20 +90,22 @@ func recordEvent(l *writeLog, e watch.Event) {
 	}
 }
 
-// flap makes the pod write its own report, every breaker alternately Open and Closed, as
-// fast as the API server takes it, for d; it returns how many reports it wrote.
+// flap makes the pod rewrite its own report, every breaker alternately Open and Closed,
+// as fast as the API server takes it, for d; it returns how many reports it wrote.
 func flap(ctx context.Context, as client.Client, ns, pod string, breakers []string, d time.Duration) int {
+	rep := &resiliencev1alpha1.BreakerReport{}
+	Expect(as.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, rep)).To(Succeed())
 	n := 0
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); n++ {
-		var entries []resiliencev1alpha1.BreakerReportEntry
-		for _, b := range breakers {
-			if n%2 == 0 {
-				entries = append(entries, line(b, resiliencev1alpha1.StateOpen, tripped, time.Now()))
-			} else {
-				entries = append(entries, line(b, resiliencev1alpha1.StateClosed, succeeded, time.Now()))
-			}
+		state, reason := resiliencev1alpha1.StateOpen, tripped
+		if n%2 == 1 {
+			state, reason = resiliencev1alpha1.StateClosed, succeeded
 		}
-		Expect(writeOwn(ctx, as, ownReport(ctx, ns, pod, entries...))).To(Succeed())
+		rep.Breakers = rep.Breakers[:0]
+		for _, b := range breakers {
+			rep.Breakers = append(rep.Breakers, line(b, state, reason, time.Now()))
+		}
+		Expect(as.Update(ctx, rep)).To(Succeed()) // the answer carries the next resourceVersion
 	}
 	return n
 }
@@ -161,7 +163,11 @@ var _ = Describe("A pod flapping its report", func() {
 		Expect(firstWrite.Sub(began)).To(BeNumerically("<", time.Second), "the first change goes out at once")
 		Expect(most).To(BeNumerically("<=", 5), "status writes of %s within one second", busiest)
 		Expect(mostEvents).To(BeNumerically("<=", 5), "Events of %s within one second", busiestEvents)
-		Expect(eventNotes(ctx, ns, "flap-0", resiliencev1alpha1.EventCircuitOpened)).To(
-			ContainElement(ContainSubstring("more state changes since the last status write, coalesced into this one")))
+		var notes []string
+		for _, n := range names {
+			notes = append(notes, eventNotes(ctx, ns, n, resiliencev1alpha1.EventCircuitOpened)...)
+			notes = append(notes, eventNotes(ctx, ns, n, resiliencev1alpha1.EventCircuitClosed)...)
+		}
+		Expect(notes).To(ContainElement(ContainSubstring("more state changes since the last status write, coalesced into this one")))
 	})
 })
