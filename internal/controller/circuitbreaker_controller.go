@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -62,8 +63,13 @@ type CircuitBreakerReconciler struct {
 	// Clock says when overrides run out; nil means the wall clock. Tests set a fake one.
 	Clock clock.PassiveClock
 
+	// seen is when the operator first saw each report entry (docs/design.md §5.12).
+	seen observations
+
 	mu        sync.Mutex
-	lastWrite map[client.ObjectKey]time.Time // guarded by mu: when each status was last written
+	writes    map[client.ObjectKey]*writeRecord // guarded by mu: each status's recent writes
+	published map[string]time.Time              // guarded by mu: each namespace's last ConfigMap write
+	overrides map[overrideKey]time.Time         // guarded by mu: when each override was first seen
 }
 
 // +kubebuilder:rbac:groups=resilience.fusebox.dev,resources=circuitbreakers,verbs=get;list;watch
@@ -92,7 +98,10 @@ func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reco
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := planConfig(r.now(), breakers, cm, reports)
+	plan := planConfig(r.now(), breakers, cm, reports, r.overrideSeen)
+	if wait := r.publishWait(req.Namespace, cm, plan.data); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if err := r.publish(ctx, req.Namespace, cm, plan.data); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -109,6 +118,27 @@ func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reco
 	return ctrl.Result{RequeueAfter: nextExpiry(plan.outcomes)}, nil
 }
 
+// publishWait is how long to put off an update of the namespace's ConfigMap to data;
+// zero to write now, which it then records. Updates of one namespace's ConfigMap are at
+// least minWriteInterval apart: every pod of the namespace reads each one, and a pod
+// flapping its report flapped the fleet verdict it publishes as fast. The first change
+// after a quiet interval goes out at once; the follow-ups are coalesced.
+func (r *CircuitBreakerReconciler) publishWait(namespace string, cm *corev1.ConfigMap, data map[string]string) time.Duration {
+	if cm == nil || len(data) == 0 || maps.Equal(cm.Data, data) {
+		return 0 // a create, a delete, or nothing to write
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if wait := minWriteInterval - time.Since(r.published[namespace]); wait > 0 {
+		return wait
+	}
+	if r.published == nil {
+		r.published = map[string]time.Time{}
+	}
+	r.published[namespace] = time.Now()
+	return 0
+}
+
 // ReconcileStatus deletes the reports of pods that are gone and writes every breaker's
 // status from what is published and what its pods report. It writes nothing when nothing
 // changed.
@@ -120,16 +150,19 @@ func (r *CircuitBreakerReconciler) ReconcileStatus(ctx context.Context, req reco
 	if err := r.pruneReports(ctx, breakers, reports.gone); err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := planConfig(r.now(), breakers, cm, reports)
+	plan := planConfig(r.now(), breakers, cm, reports, r.overrideSeen)
 	result := ctrl.Result{RequeueAfter: nextExpiry(plan.outcomes)}
 	for _, o := range plan.outcomes {
-		wait, err := r.updateStatus(ctx, o, aggregate(o.breaker, reports.byBreaker[o.breaker.Name]))
+		v := aggregate(o.breaker, reports.byBreaker[o.breaker.Name])
+		v.oddShape = reports.oddShape[o.breaker.Name]
+		wait, err := r.updateStatus(ctx, o, v)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		result.RequeueAfter = earliest(result.RequeueAfter, wait)
 	}
 	r.forgetWrites(req.Namespace, breakers)
+	r.forgetOverrides(req.Namespace, breakers)
 	r.Metrics.forget(req.Namespace, breakers)
 	return result, nil
 }
@@ -228,7 +261,7 @@ func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("circuitbreaker-config").
 		Watches(&resiliencev1alpha1.CircuitBreaker{}, toNamespace).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isPublished)).
-		Watches(&resiliencev1alpha1.BreakerReport{}, toNamespace).
+		Watches(&resiliencev1alpha1.BreakerReport{}, r.observing(toNamespace)).
 		Complete(reconcile.Func(r.ReconcileConfig)); err != nil {
 		return err
 	}
@@ -236,7 +269,7 @@ func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("circuitbreaker-status").
 		Watches(&resiliencev1alpha1.CircuitBreaker{}, toNamespace).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isPublished)).
-		Watches(&resiliencev1alpha1.BreakerReport{}, coalesced(reportCoalesce)).
+		Watches(&resiliencev1alpha1.BreakerReport{}, r.observing(coalesced(reportCoalesce))).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podEnded)).
 		Complete(reconcile.Func(r.ReconcileStatus))
 }
@@ -265,6 +298,34 @@ func coalesced(delay time.Duration) handler.EventHandler {
 		},
 		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			add(e.Object, q)
+		},
+	}
+}
+
+// observing records when the watch delivers each report entry (observations), then
+// passes the event on to next. Both controllers watch reports; the first to be told
+// records, the other finds the entry known.
+func (r *CircuitBreakerReconciler) observing(next handler.EventHandler) handler.EventHandler {
+	observe := func(o client.Object) {
+		if rep, ok := o.(*resiliencev1alpha1.BreakerReport); ok {
+			r.seen.observe(rep, r.now())
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			observe(e.Object)
+			next.Create(ctx, e, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			observe(e.ObjectNew)
+			next.Update(ctx, e, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.seen.forget(client.ObjectKeyFromObject(e.Object))
+			next.Delete(ctx, e, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			next.Generic(ctx, e, q)
 		},
 	}
 }

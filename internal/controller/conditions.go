@@ -67,6 +67,24 @@ func setOpenCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) {
 	meta.SetStatusCondition(&cb.Status.Conditions, c)
 }
 
+// ReasonReportShapesMixed (ConfigApplied False): some pods report the breaker as a
+// breaker Group and others as a plain breaker; the pods of the odd shape are left out.
+const ReasonReportShapesMixed = "ReportShapesMixed"
+
+// EventReportShapeIgnored is the Warning Event of a breaker whose ConfigApplied condition
+// turns to ReportShapesMixed.
+const EventReportShapeIgnored = "ReportShapeIgnored"
+
+// oddShapeMessage says which pods' entries are left out, and why.
+func oddShapeMessage(v breakerView) string {
+	kept, shape := "plain breaker", "breaker Group (keys)"
+	if v.keys != nil {
+		kept, shape = shape, kept
+	}
+	return fmt.Sprintf("%d pods report this breaker as a %s while %d report it as a %s; one breaker has one shape, so theirs are left out: %s",
+		len(v.oddShape), shape, v.counts.Reporting, kept, joinLimited(v.oddShape))
+}
+
 // setConfigAppliedCondition sets ConfigApplied from what the members run.
 func setConfigAppliedCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) {
 	c := metav1.Condition{Type: resiliencev1alpha1.ConditionConfigApplied}
@@ -74,6 +92,9 @@ func setConfigAppliedCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerV
 	switch {
 	case counts == nil || counts.Reporting == 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, resiliencev1alpha1.ReasonNoMembers, "No pod reports this breaker yet"
+	case len(v.oddShape) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonReportShapesMixed
+		c.Message = oddShapeMessage(v)
 	case len(rejected) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, resiliencev1alpha1.ReasonMembersRejected
 		c.Message = fmt.Sprintf("%d of %d pods refused the published configuration and keep their last good one: %s",

@@ -24,7 +24,8 @@ type fleetDecision struct {
 	need int
 }
 
-// decideFleet applies the fleet rule to the reports of a breaker's running pods:
+// decideFleet applies the fleet rule to the reports of a breaker's running pods, their
+// times attested by the operator (member.since):
 //
 //   - Only earned states count: an Open a pod reached by its calls, Trip or a failed probe;
 //     a Closed it reached by probes. A breaker just created, a verdict adopted, a timeout
@@ -32,12 +33,19 @@ type fleetDecision struct {
 //     is about another breaker of that name, and counts for nothing either.
 //   - The fleet opens once earned Opens reach the quorum. Its open period starts when the
 //     most recent quorum of them was complete: the need-th most recent Open.
-//   - The open period (DESIGN §5.13) is the one of the Open that started it: the pod that
-//     opened counted its consecutive opens, the fleet's verdicts it adopted among them, and
-//     backed its period off, so the fleet's k-th consecutive open lasts what §5.13 says.
-//   - The first earned Closed after that start closes it; the Closed verdict is published
-//     while some pod is still not closed, so that every pod's open period ends with it.
-//     A pod refuses a Closed verdict older than its own open period.
+//   - The open period (docs/design.md §5.13) is the spec's: openTimeout, backed off up to
+//     maxOpenTimeout by the consecutive opens the Open that started it counted, a count
+//     clamped to what the backoff can reach (specOpenPeriod). What the report says the period
+//     lasts is not read: one pod's report cannot hold the fleet longer than the spec does.
+//   - The first earned Closed after that start closes it, if it is dated no earlier than
+//     the open period could have ended (its start + its length − the skew): before that no
+//     pod's probe can have run, and one pod's claim must not outvote the pods that hold
+//     the fleet open. The Closed verdict is published while some pod is still not closed,
+//     so that every pod's open period ends with it. A pod refuses a Closed verdict older
+//     than its own open period.
+//
+// It is a function of the reports and of when the operator first saw them alone: the
+// operator keeps no memory of earlier decisions.
 func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetDecision {
 	quorum := int(int32Or(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent))
 	d := fleetDecision{need: max(1, (quorum*len(members)+99)/100)}
@@ -45,7 +53,7 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 	// created, just before it, still counts. Telling those apart would need the pods to
 	// say which CircuitBreaker (UID) each state was reached under.
 	created := cb.CreationTimestamp.Time
-	var closedAt time.Time
+	var closers []member
 	settled := true
 	for _, m := range members {
 		if m.entry.State != resiliencev1alpha1.StateClosed {
@@ -63,22 +71,33 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 		case resiliencev1alpha1.StateOpen:
 			d.openers = append(d.openers, m)
 		case resiliencev1alpha1.StateClosed:
-			if m.since.After(closedAt) {
-				closedAt = m.since
-			}
+			closers = append(closers, m)
 		}
 	}
 	slices.SortFunc(d.openers, func(a, b member) int {
 		return cmp.Or(b.since.Compare(a.since), cmp.Compare(a.pod, b.pod))
 	})
+	// earliest is the first time an earned Closed counts from; zero when the fleet is not
+	// open and any does.
+	var earliest time.Time
+	var started *member
 	if len(d.openers) >= d.need {
-		started := d.openers[d.need-1]
-		if !closedAt.After(started.since) {
-			d.open = true
-			d.verdict = &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: started.since.UTC()}
-			setOpenPeriod(d.verdict, started.entry)
-			return d
+		started = &d.openers[d.need-1]
+		_, period := specOpenPeriod(cb, started.entry.ConsecutiveOpens)
+		// A Closed at the start itself is no later than it: a tie goes to open.
+		earliest = latest(started.since.Add(time.Nanosecond), started.since.Add(period-maxClockSkew))
+	}
+	var closedAt time.Time
+	for _, m := range closers {
+		if !m.since.Before(earliest) && m.since.After(closedAt) {
+			closedAt = m.since
 		}
+	}
+	if started != nil && closedAt.IsZero() {
+		d.open = true
+		d.verdict = &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: started.since.UTC()}
+		setOpenPeriod(d.verdict, cb, started.entry)
+		return d
 	}
 	if !closedAt.IsZero() && !settled {
 		d.verdict = &breakerconfig.Verdict{State: breakerconfig.StateClosed, Since: closedAt.UTC()}
@@ -86,14 +105,52 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 	return d
 }
 
-// setOpenPeriod gives an Open verdict the open period of the report that started it. A
-// report that does not carry one (an agent that predates backoff) gives none, and the pods
-// then keep their own policy's.
-func setOpenPeriod(v *breakerconfig.Verdict, e resiliencev1alpha1.BreakerReportEntry) {
-	if e.ConsecutiveOpens > 0 {
-		v.ConsecutiveOpens = int(e.ConsecutiveOpens)
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	if e.OpenTimeout != nil && e.OpenTimeout.Duration > 0 {
-		v.OpenTimeout = breakerconfig.Duration(e.OpenTimeout.Duration)
+	return a
+}
+
+// setOpenPeriod gives an Open verdict the open period the spec gives the report that
+// started it (specOpenPeriod). A report that carries no period (an agent that predates
+// backoff) gives none, and the pods keep their own policy's, which is the spec's.
+//
+// The count the verdict carries is the pod's, at least 1 and at most maxCountedOpens:
+// it is what the pods count on from and what the status shows, and a fleet's count
+// goes on past the point where its period stops growing (each re-open is news), but it
+// lengthens no period past what the spec's backoff reaches.
+func setOpenPeriod(v *breakerconfig.Verdict, cb *resiliencev1alpha1.CircuitBreaker, e resiliencev1alpha1.BreakerReportEntry) {
+	if e.ConsecutiveOpens <= 0 && e.OpenTimeout == nil {
+		return
 	}
+	_, period := specOpenPeriod(cb, e.ConsecutiveOpens)
+	v.ConsecutiveOpens, v.OpenTimeout = int(min(max(e.ConsecutiveOpens, 1), maxCountedOpens)), breakerconfig.Duration(period)
+}
+
+// maxCountedOpens is the most consecutive opens a verdict or a status says: a
+// thousand re-opens without a close is an outage of days even at a 1-minute maximum.
+const maxCountedOpens = 1000
+
+// specOpenPeriod is the k-th consecutive open period cb's spec allows (docs/design.md §5.13):
+// min(openTimeout × 2^(k-1), maxOpenTimeout), or openTimeout without maxOpenTimeout. A
+// pod's count is only a count: clamped to at least 1 and to the first k whose period
+// reaches maxOpenTimeout (1 without backoff), it is returned with its period.
+func specOpenPeriod(cb *resiliencev1alpha1.CircuitBreaker, consecutiveOpens int32) (int32, time.Duration) {
+	base, err := durationOr(cb.Spec.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
+	if err != nil || base <= 0 {
+		// A spec render refuses; the pods keep their last good config, with its period.
+		base, _ = time.ParseDuration(resiliencev1alpha1.DefaultOpenTimeout)
+	}
+	ceiling := base
+	if m := cb.Spec.MaxOpenTimeout; m != nil && m.Duration > base {
+		ceiling = m.Duration
+	}
+	period, k := base, int32(1)
+	for k < consecutiveOpens && period < ceiling {
+		// period < ceiling ≤ MaxInt64: doubling past it is clamped, not overflowed.
+		period = min(ceiling, period+min(period, ceiling-period))
+		k++
+	}
+	return k, period
 }

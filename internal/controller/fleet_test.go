@@ -31,10 +31,14 @@ func fleetVerdict(g Gomega, ctx context.Context, ns, name string) (string, time.
 // ms is t as a report carries it.
 func ms(t time.Time) time.Time { return breakerconfig.NewTime(t).Time }
 
+// fleet makes a breaker's scope Fleet with that quorum and an open period of 1s, shorter
+// than the skew: a Closed earned any time after the fleet's open counts (decideFleet).
+// A spec that needs a longer one sets it after.
 func fleet(quorum int32) func(*resiliencev1alpha1.CircuitBreakerSpec) {
 	return func(s *resiliencev1alpha1.CircuitBreakerSpec) {
 		s.Scope = resiliencev1alpha1.ScopeFleet
 		s.FleetQuorumPercent = ptr.To(quorum)
+		s.OpenTimeout = &metav1.Duration{Duration: time.Second}
 	}
 }
 
@@ -172,10 +176,14 @@ var _ = Describe("Fleet verdicts from BreakerReports", func() {
 		Eventually(func(g Gomega) {
 			state, since := fleetVerdict(g, ctx, ns, "skew")
 			g.Expect(state).To(Equal("Open"))
-			g.Expect(since).To(BeTemporally("~", written, 2*time.Second), "the report's write time, not its since")
+			g.Expect(since).To(BeTemporally(">=", written.Add(maxClockSkew)), "first sight + the skew")
+			g.Expect(since).To(BeTemporally("<", written.Add(maxClockSkew+time.Second)), "first sight + the skew, not the report's since")
 			g.Expect(condition(getBreaker(g, ctx, ns, "skew"), "Open").Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
 
+		// Probes earned after the fleet's open, as the operator dates it.
+		_, openedAt := fleetVerdict(Default, ctx, ns, "skew")
+		time.Sleep(time.Until(openedAt.Add(100 * time.Millisecond)))
 		closedAt := time.Now()
 		reports(ctx, ns, "prober", entry("skew", "Closed", "ProbesSucceeded", closedAt, 1))
 		Eventually(func(g Gomega) {
@@ -322,6 +330,8 @@ func backedOff(k int, openTimeout, maxOpenTimeout time.Duration) time.Duration {
 // adopted the verdicts before report nothing that moves it.
 func TestDecideFleetBacksOffAcrossTheFleet(t *testing.T) {
 	const openTimeout, maxOpenTimeout = time.Second, 10 * time.Second
+	backoffBreaker := fleetBreaker(0)
+	backoffBreaker.Spec.MaxOpenTimeout = &metav1.Duration{Duration: maxOpenTimeout}
 	pods := []string{"a", "b", "c", "d"}
 	var history []member // each pod's latest line
 	for i, p := range pods {
@@ -346,7 +356,7 @@ func TestDecideFleetBacksOffAcrossTheFleet(t *testing.T) {
 			m.entry.ConsecutiveOpens, m.entry.OpenTimeout = int32(k-1), &metav1.Duration{Duration: backedOff(max(k-1, 1), openTimeout, maxOpenTimeout)}
 			history[i] = m
 		}
-		d := decideFleet(fleetBreaker(0), history)
+		d := decideFleet(backoffBreaker, history)
 		v := d.verdict
 		if !d.open || v == nil || v.State != breakerconfig.StateOpen || !v.Since.Equal(t0.Add(offset)) {
 			t.Fatalf("open %d: decision open=%v verdict %+v, want Open since t0+%s", k, d.open, v, offset)
@@ -371,13 +381,15 @@ func TestDecideFleetOpenPeriodFromTheOpenThatStartedIt(t *testing.T) {
 		openedK("y", tripped, 6*s, 1, 30*s),
 	}
 	members := append(closedPods("p", 7), opens...)
-	d := decideFleet(fleetBreaker(30), members)
+	cb := fleetBreaker(30)
+	cb.Spec.OpenTimeout, cb.Spec.MaxOpenTimeout = &metav1.Duration{Duration: 30 * s}, &metav1.Duration{Duration: 2 * time.Minute}
+	d := decideFleet(cb, members)
 	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(1*s)) || v.ConsecutiveOpens != 1 || time.Duration(v.OpenTimeout) != 30*s {
 		t.Errorf("verdict %+v, want w's: since t0+1s, k=1, 30s", v)
 	}
 	// A closed pod earns the fourth Open of ten: the quorum of 3 was complete at x's.
 	members = append(append(closedPods("p", 6), opens...), openedK("z", failed, 7*s, 3, 2*time.Minute))
-	d = decideFleet(fleetBreaker(30), members)
+	d = decideFleet(cb, members)
 	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(5*s)) || v.ConsecutiveOpens != 2 || time.Duration(v.OpenTimeout) != 60*s {
 		t.Errorf("verdict %+v, want x's: since t0+5s, k=2, 1m", v)
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ type breakerView struct {
 	openTimeout      *metav1.Duration
 	// keys adds up the pods' breaker Groups; nil when no pod reports a Group.
 	keys *resiliencev1alpha1.KeySummary
+	// oddShape names the pods left out for reporting the breaker in the other shape
+	// (breaker Group or plain) than the rest (oddShapes).
+	oddShape []string
 }
 
 // severity orders member states for a Pod-scope breaker's overall state: one open pod
@@ -80,10 +84,15 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 		if severity(m.entry.State) > severity(state) {
 			state = m.entry.State
 		}
-		v.consecutiveOpens = max(v.consecutiveOpens, m.entry.ConsecutiveOpens)
+		v.consecutiveOpens = min(max(v.consecutiveOpens, m.entry.ConsecutiveOpens), maxCountedOpens)
 		if t := m.entry.OpenTimeout; t != nil && (v.openTimeout == nil || t.Duration > v.openTimeout.Duration) {
 			v.openTimeout = &metav1.Duration{Duration: t.Duration}
 		}
+	}
+	// Shown, not obeyed, with scope Pod; still no longer than the spec's longest period.
+	if v.openTimeout != nil {
+		_, longest := specOpenPeriod(cb, math.MaxInt32)
+		v.openTimeout.Duration = min(v.openTimeout.Duration, longest)
 	}
 	slices.Sort(v.rejected)
 	v.keys = aggregateKeys(members)
@@ -120,6 +129,7 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 // when no member reports a Group.
 func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
 	var sum *resiliencev1alpha1.KeySummary
+	var open, halfOpen int64
 	inPods := map[string]int{}
 	for i := range members {
 		k := members[i].entry.Keys
@@ -130,13 +140,21 @@ func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
 			sum = &resiliencev1alpha1.KeySummary{}
 		}
 		sum.Keys = max(sum.Keys, k.Keys)
-		sum.Open += k.Open
-		sum.HalfOpen += k.HalfOpen
+		// In int64, of counts no lower than 0: int32 sums of counts as large as a
+		// report may hold wrapped below 0, which the status schema refuses, and every
+		// later status write of the breaker with them.
+		open += max(0, int64(k.Open))
+		halfOpen += max(0, int64(k.HalfOpen))
 		for _, key := range k.Worst {
 			inPods[key]++
 		}
 	}
-	if sum == nil || len(inPods) == 0 {
+	if sum == nil {
+		return nil
+	}
+	sum.Keys = max(0, sum.Keys)
+	sum.Open, sum.HalfOpen = saturated(open), saturated(halfOpen)
+	if len(inPods) == 0 {
 		return sum
 	}
 	worst := make([]string, 0, len(inPods))
@@ -146,6 +164,11 @@ func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
 	slices.SortFunc(worst, func(a, b string) int { return cmp.Or(cmp.Compare(inPods[b], inPods[a]), cmp.Compare(a, b)) })
 	sum.Worst = worst[:min(len(worst), breakerconfig.MaxWorstKeys)]
 	return sum
+}
+
+// saturated is n as an int32 count, the largest one when it does not fit.
+func saturated(n int64) int32 {
+	return int32(min(n, math.MaxInt32))
 }
 
 // earnedFirst orders open members for naming the one that opened a Pod-scope breaker: the

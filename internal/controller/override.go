@@ -2,11 +2,13 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -16,22 +18,81 @@ import (
 // in force for remaining more, or a hold whose until has passed.
 type overrideState struct {
 	override *resiliencev1alpha1.Override // spec.override; nil when unset
+	// until is when the override ends: its until, or, for an until beyond the bound,
+	// MaxOverrideDuration after the operator first saw the override.
+	until time.Time
+	// bounded: spec.override.until is beyond the bound, and until is the bound.
+	bounded bool
 	// remaining is how long the override stays in force; 0 when it is not in force.
 	remaining time.Duration
 }
 
-// overrideAt reads cb's override at now. An override is in force while now is before its
-// until; at until itself spec.mode applies again.
-func overrideAt(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) overrideState {
+// overrideAt reads cb's override at now, firstSeen being when the operator first saw it.
+// An override is in force while now is before its until; at until itself spec.mode
+// applies again. An until more than MaxOverrideDuration after firstSeen counts as
+// firstSeen + MaxOverrideDuration: the admission webhook refuses such an until, and the
+// API server's own schema cannot (a bound relative to now), so a write made around the
+// webhook is held no longer than one made through it.
+func overrideAt(cb *resiliencev1alpha1.CircuitBreaker, now, firstSeen time.Time) overrideState {
 	o := cb.Spec.Override
 	if o == nil {
 		return overrideState{}
 	}
-	s := overrideState{override: o}
-	if now.Before(o.Until.Time) {
-		s.remaining = o.Until.Sub(now)
+	s := overrideState{override: o, until: o.Until.Time}
+	if bound := firstSeen.Add(resiliencev1alpha1.MaxOverrideDuration); s.until.After(bound) {
+		s.until, s.bounded = bound, true
+	}
+	if now.Before(s.until) {
+		s.remaining = s.until.Sub(now)
 	}
 	return s
+}
+
+// overrideKey is one override of one breaker: another mode, until or reason is another
+// override, first seen when it was written.
+type overrideKey struct {
+	namespace    string
+	uid          types.UID
+	mode, reason string
+	until        time.Time
+}
+
+// overrideSeen returns when the operator first saw cb's override (now for one it had
+// not), and forgets the overrides of cb it no longer holds. In memory: after a restart
+// an override is first seen at the restart, as report entries are.
+func (r *CircuitBreakerReconciler) overrideSeen(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) time.Time {
+	o := cb.Spec.Override
+	if o == nil {
+		return now
+	}
+	key := overrideKey{namespace: cb.Namespace, uid: cb.UID, mode: string(o.Mode), reason: o.Reason, until: o.Until.Time}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if first, ok := r.overrides[key]; ok {
+		return first
+	}
+	for k := range r.overrides {
+		if k.uid == cb.UID {
+			delete(r.overrides, k)
+		}
+	}
+	if r.overrides == nil {
+		r.overrides = map[overrideKey]time.Time{}
+	}
+	r.overrides[key] = now
+	return now
+}
+
+// forgetOverrides drops what was seen of the overrides of the namespace's breakers that
+// are gone.
+func (r *CircuitBreakerReconciler) forgetOverrides(namespace string, live []resiliencev1alpha1.CircuitBreaker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.overrides {
+		if k.namespace == namespace && !slices.ContainsFunc(live, func(cb resiliencev1alpha1.CircuitBreaker) bool { return cb.UID == k.uid }) {
+			delete(r.overrides, k)
+		}
+	}
 }
 
 // inForce reports whether the override holds the circuit.
@@ -77,23 +138,32 @@ func setOverriddenCondition(cb *resiliencev1alpha1.CircuitBreaker, s overrideSta
 		c.Reason = resiliencev1alpha1.ReasonNoOverride
 		c.Message = fmt.Sprintf("No override is set; spec.mode (%s) applies", specMode(cb))
 	case s.inForce():
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, resiliencev1alpha1.ReasonOverrideActive, activeOverrideMessage(cb)
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, resiliencev1alpha1.ReasonOverrideActive, activeOverrideMessage(cb, s)
 	default:
 		c.Reason = resiliencev1alpha1.ReasonOverrideExpired
-		c.Message = fmt.Sprintf("The %s override ended at %s; spec.mode (%s) applies again (it was set by %s: %s)",
-			s.override.Mode, formatUntil(s.override), specMode(cb), overriddenBy(cb), s.override.Reason)
+		c.Message = fmt.Sprintf("The %s override ended at %s; spec.mode (%s) applies again (it was set by %s: %s)%s",
+			s.override.Mode, formatTime(s.until), specMode(cb), overriddenBy(cb), s.override.Reason, boundNote(s))
 	}
 	meta.SetStatusCondition(&cb.Status.Conditions, c)
 }
 
 // activeOverrideMessage is the Overridden message of cb's override while it is in force.
-func activeOverrideMessage(cb *resiliencev1alpha1.CircuitBreaker) string {
+func activeOverrideMessage(cb *resiliencev1alpha1.CircuitBreaker, s overrideState) string {
 	o := cb.Spec.Override
-	return fmt.Sprintf("Held %s until %s by %s: %s", o.Mode, formatUntil(o), overriddenBy(cb), o.Reason)
+	return fmt.Sprintf("Held %s until %s by %s: %s%s", o.Mode, formatTime(s.until), overriddenBy(cb), o.Reason, boundNote(s))
 }
 
-func formatUntil(o *resiliencev1alpha1.Override) string {
-	return o.Until.UTC().Format(time.RFC3339)
+// boundNote says that the override's until was beyond the bound, and what it asked.
+func boundNote(s overrideState) string {
+	if !s.bounded {
+		return ""
+	}
+	return fmt.Sprintf(" (spec.override.until %s is more than %d days after the operator first saw the override: held until then at most)",
+		formatTime(s.override.Until.Time), resiliencev1alpha1.MaxOverrideDuration/(24*time.Hour))
+}
+
+func formatTime(t time.Time) string {
+	return t.UTC().Format(time.RFC3339)
 }
 
 // overriddenBy is who set cb's override, as the mutating webhook recorded it.
@@ -120,7 +190,7 @@ func specMode(cb *resiliencev1alpha1.CircuitBreaker) resiliencev1alpha1.Mode {
 //   - OverrideExpired: the override the stored condition shows in force ran out.
 //   - OverrideCancelled: it was removed before its until, or replaced by one that has
 //     already ended (the webhook refuses such an until; this is for writes around it).
-func overrideEvent(stored, desired *resiliencev1alpha1.CircuitBreaker) (reason, eventType, message string, ok bool) {
+func overrideEvent(stored, desired *resiliencev1alpha1.CircuitBreaker, s overrideState) (reason, eventType, message string, ok bool) {
 	was := meta.FindStatusCondition(stored.Status.Conditions, resiliencev1alpha1.ConditionOverridden)
 	now := meta.FindStatusCondition(desired.Status.Conditions, resiliencev1alpha1.ConditionOverridden)
 	if now == nil {
@@ -136,10 +206,10 @@ func overrideEvent(stored, desired *resiliencev1alpha1.CircuitBreaker) (reason, 
 	case !wasActive:
 		return "", "", "", false
 	case now.Reason == resiliencev1alpha1.ReasonOverrideExpired && desired.Spec.Override != nil &&
-		was.Message == activeOverrideMessage(desired):
+		was.Message == activeOverrideMessage(desired, s):
 		return resiliencev1alpha1.EventOverrideExpired, corev1.EventTypeNormal,
 			fmt.Sprintf("The %s override ran out at %s; spec.mode (%s) applies again",
-				desired.Spec.Override.Mode, formatUntil(desired.Spec.Override), specMode(desired)), true
+				desired.Spec.Override.Mode, formatTime(s.until), specMode(desired)), true
 	default:
 		return resiliencev1alpha1.EventOverrideCancelled, corev1.EventTypeNormal,
 			fmt.Sprintf("Override cancelled before its time; spec.mode (%s) applies again (was: %s)", specMode(desired), was.Message), true
@@ -148,8 +218,8 @@ func overrideEvent(stored, desired *resiliencev1alpha1.CircuitBreaker) (reason, 
 
 // recordOverrideEvents records the Event of the Overridden condition's change, once the
 // new status is stored.
-func (r *CircuitBreakerReconciler) recordOverrideEvents(stored, desired *resiliencev1alpha1.CircuitBreaker) {
-	if reason, eventType, message, ok := overrideEvent(stored, desired); ok {
+func (r *CircuitBreakerReconciler) recordOverrideEvents(stored, desired *resiliencev1alpha1.CircuitBreaker, s overrideState) {
+	if reason, eventType, message, ok := overrideEvent(stored, desired, s); ok {
 		r.Recorder.Eventf(stored, nil, eventType, reason, "Override", "%s", message)
 	}
 }

@@ -23,7 +23,7 @@ func overridden(until time.Time, who string) *resiliencev1alpha1.CircuitBreaker 
 
 func renderedMode(t *testing.T, cb *resiliencev1alpha1.CircuitBreaker, now time.Time) (string, outcome) {
 	t.Helper()
-	plan := planConfig(now, []resiliencev1alpha1.CircuitBreaker{*cb}, nil, namespaceReports{})
+	plan := planConfig(now, []resiliencev1alpha1.CircuitBreaker{*cb}, nil, namespaceReports{}, nil)
 	c, err := breakerconfig.Parse([]byte(plan.data["b.json"]))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestPlanConfigRendersTheOverrideUntilItEnds(t *testing.T) {
 
 func TestNextExpiryIsTheEarliest(t *testing.T) {
 	a, b, none := overridden(t0.Add(time.Hour), ""), overridden(t0.Add(time.Minute), ""), overridden(t0.Add(-time.Minute), "")
-	outcomes := []outcome{{override: overrideAt(a, t0)}, {override: overrideAt(b, t0)}, {override: overrideAt(none, t0)}}
+	outcomes := []outcome{{override: overrideAt(a, t0, t0)}, {override: overrideAt(b, t0, t0)}, {override: overrideAt(none, t0, t0)}}
 	if got := nextExpiry(outcomes); got != time.Minute {
 		t.Errorf("next expiry %v, want 1m", got)
 	}
@@ -87,7 +87,7 @@ func TestSetOverriddenCondition(t *testing.T) {
 		{"none", &resiliencev1alpha1.CircuitBreaker{}, t0, metav1.ConditionFalse, "NoOverride", "No override is set; spec.mode (Enforce) applies"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			setOverriddenCondition(tc.cb, overrideAt(tc.cb, tc.now))
+			setOverriddenCondition(tc.cb, overrideAt(tc.cb, tc.now, t0))
 			c := meta.FindStatusCondition(tc.cb.Status.Conditions, resiliencev1alpha1.ConditionOverridden)
 			if c == nil || c.Status != tc.status || c.Reason != tc.reason || c.Message != tc.message {
 				t.Errorf("condition %+v\nwant %s %s %q", c, tc.status, tc.reason, tc.message)
@@ -101,7 +101,7 @@ func TestOverrideEvent(t *testing.T) {
 	until := t0.Add(time.Minute)
 	at := func(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) *resiliencev1alpha1.CircuitBreaker {
 		cb = cb.DeepCopy()
-		setOverriddenCondition(cb, overrideAt(cb, now))
+		setOverriddenCondition(cb, overrideAt(cb, now, t0))
 		return cb
 	}
 	active := at(overridden(until, "alice"), t0)
@@ -130,7 +130,7 @@ func TestOverrideEvent(t *testing.T) {
 		{"no override, still none", none, at(none, t0), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reason, _, message, ok := overrideEvent(tc.stored, tc.desired)
+			reason, _, message, ok := overrideEvent(tc.stored, tc.desired, overrideAt(tc.desired, t0, t0))
 			if reason != tc.want || ok != (tc.want != "") {
 				t.Errorf("event %q (%v), want %q", reason, ok, tc.want)
 			}

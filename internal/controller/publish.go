@@ -41,7 +41,10 @@ type configPlan struct {
 // A breaker that cannot be rendered keeps whatever was published for it before, so one
 // bad object never takes a good config away from the pods; keys that belong to no breaker
 // are dropped.
-func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigMap, reports namespaceReports) configPlan {
+//
+// overrideSeen says when the operator first saw a breaker's override (nil: now).
+func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm *corev1.ConfigMap, reports namespaceReports,
+	overrideSeen func(*resiliencev1alpha1.CircuitBreaker, time.Time) time.Time) configPlan {
 	var published map[string]string
 	if cm != nil {
 		published = cm.Data
@@ -53,7 +56,11 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 			continue
 		}
 		key := breakerconfig.Key(cb.Name)
-		o := outcome{breaker: cb, override: overrideAt(cb, now)}
+		firstSeen := now
+		if overrideSeen != nil {
+			firstSeen = overrideSeen(cb, now)
+		}
+		o := outcome{breaker: cb, override: overrideAt(cb, now, firstSeen)}
 		var verdict *breakerconfig.Verdict
 		if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
 			verdict = decideFleet(cb, reports.byBreaker[cb.Name]).verdict

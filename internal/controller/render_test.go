@@ -86,7 +86,7 @@ func TestRenderVerdictOnlyForFleet(t *testing.T) {
 func TestPlanConfigPublishesTheFleetVerdict(t *testing.T) {
 	cb := *fleetBreaker(0)
 	reports := namespaceReports{byBreaker: map[string][]member{"b": {at("x", open, tripped, 5*time.Second), at("y", closed, started, 0)}}}
-	plan := planConfig(t0, []resiliencev1alpha1.CircuitBreaker{cb}, nil, reports)
+	plan := planConfig(t0, []resiliencev1alpha1.CircuitBreaker{cb}, nil, reports, nil)
 	c, err := breakerconfig.Parse([]byte(plan.data["b.json"]))
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 		"bad.json":   `{"the":"last good"}`,
 		"stray.json": "{}",
 		"notes.txt":  "hand-written",
-	}}, namespaceReports{})
+	}}, namespaceReports{}, nil)
 	if _, ok := plan.data["good.json"]; !ok {
 		t.Error("good breaker not published")
 	}

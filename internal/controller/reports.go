@@ -19,14 +19,10 @@ import (
 type member struct {
 	pod   string
 	entry resiliencev1alpha1.BreakerReportEntry
-	// since is entry.Since, except that a time more than maxClockSkew after the API
-	// server's record of the report's last write counts as that write time: a node whose
-	// clock runs ahead cannot date a verdict in the future and pin the fleet to it.
+	// since is entry.Since as the operator attests it: at most the skew after the
+	// operator first saw the entry (attested).
 	since time.Time
 }
-
-// maxClockSkew is how far ahead of the API server's clock a report's times may run.
-const maxClockSkew = 2 * time.Second
 
 // namespaceReports is what the running pods of a namespace report, by breaker name,
 // and the reports of pods that are gone.
@@ -35,6 +31,9 @@ type namespaceReports struct {
 	// gone are the reports whose pod no longer exists (or is another pod of the same
 	// name): the garbage collector deletes them in a real cluster, in its own time.
 	gone []resiliencev1alpha1.BreakerReport
+	// oddShape names, by breaker, the pods whose entry has the shape (breaker Group or
+	// plain) the other pods' entries do not have: left out of byBreaker (oddShapes).
+	oddShape map[string][]string
 }
 
 // readReports reads the namespace's BreakerReports and keeps the ones of running pods.
@@ -80,26 +79,51 @@ func (r *CircuitBreakerReconciler) readReports(ctx context.Context, namespace st
 		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 			continue
 		}
-		for _, m := range membersOf(rep) {
+		for _, m := range membersOf(rep, r.seen.firstSeen(rep, r.now())) {
 			out.byBreaker[m.entry.Name] = append(out.byBreaker[m.entry.Name], m)
 		}
+	}
+	for name, members := range out.byBreaker {
+		kept, odd := oddShapes(members)
+		if len(odd) == 0 {
+			continue
+		}
+		out.byBreaker[name] = kept
+		if out.oddShape == nil {
+			out.oddShape = map[string][]string{}
+		}
+		out.oddShape[name] = odd
 	}
 	return out, nil
 }
 
-// membersOf returns the report's entries as members, each since clamped to the API
-// server's record of the report's last write.
-func membersOf(rep *resiliencev1alpha1.BreakerReport) []member {
-	written := lastWrite(rep)
-	out := make([]member, 0, len(rep.Breakers))
-	for _, e := range rep.Breakers {
-		since := e.Since.Time
-		if !written.IsZero() && since.After(written.Add(maxClockSkew)) {
-			since = written
+// oddShapes splits a breaker's members by the shape of their entries: a breaker Group's
+// (keys set) or a plain breaker's. One breaker has one shape in every pod that runs the
+// same code, and the shape decides how its status adds up (a Group shares no fleet
+// verdict), so one pod must not switch it by writing the other shape: the shape most
+// pods report is kept, plain on a tie (the shape the spec's scope describes), and the
+// pods of the other are returned, sorted, to be left out and named.
+func oddShapes(members []member) (kept []member, odd []string) {
+	groups := 0
+	for i := range members {
+		if members[i].entry.Keys != nil {
+			groups++
 		}
-		out = append(out, member{pod: rep.Name, entry: e, since: since})
 	}
-	return out
+	if groups == 0 || groups == len(members) {
+		return members, nil
+	}
+	keepGroups := groups > len(members)-groups
+	kept = make([]member, 0, len(members))
+	for _, m := range members {
+		if (m.entry.Keys != nil) == keepGroups {
+			kept = append(kept, m)
+		} else {
+			odd = append(odd, m.pod)
+		}
+	}
+	slices.Sort(odd)
+	return kept, odd
 }
 
 // ownedBy reports whether the report belongs to the pod of that UID. A report that names
@@ -112,18 +136,6 @@ func ownedBy(rep *resiliencev1alpha1.BreakerReport, uid types.UID) bool {
 		}
 	}
 	return true
-}
-
-// lastWrite is the API server's record of when the report was last written: the latest
-// time among its managedFields (whole seconds).
-func lastWrite(rep *resiliencev1alpha1.BreakerReport) time.Time {
-	var t time.Time
-	for _, f := range rep.ManagedFields {
-		if f.Time != nil && f.Time.After(t) {
-			t = f.Time.Time
-		}
-	}
-	return t
 }
 
 // livePod reads a pod around the cache; nil when it does not exist.

@@ -17,10 +17,27 @@ import (
 )
 
 // minCountsInterval is how often a breaker's status is written for changes of its counts
-// and member list alone. A change of state or of any condition is written at once; during
-// an incident, when every pod reports within seconds, the counts in between are coalesced
-// into one write a second instead of one per report.
+// and member list alone. During an incident, when every pod reports within seconds, the
+// counts in between are coalesced into one write a second instead of one per report.
 const minCountsInterval = time.Second
+
+// minWriteInterval is how close together two status writes of one breaker may be, for
+// any change: at most 4 a second, so at most 5 in any second even with the jitter of a
+// loaded machine, whatever its pods report (a pod flapping its report as fast as the API
+// server takes it fanned out to one status write and one Event per breaker per flap).
+// The first change after a quiet interval is written at once: only the follow-ups wait,
+// and what they changed meanwhile is coalesced into one write, whose Event says how many
+// state changes it stands for.
+const minWriteInterval = 250 * time.Millisecond
+
+// writeRecord is what the reconciler remembers of one breaker's status writes.
+type writeRecord struct {
+	at time.Time // the last write
+	// seen is the state the last reconcile computed, and changes how many times the
+	// computed state changed since the last write (the written change included).
+	seen    resiliencev1alpha1.State
+	changes int
+}
 
 // desiredStatus is cb with the status that the published config and its pods' reports
 // make. Ready and observedGeneration move to a generation only once its config is in the
@@ -51,12 +68,13 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, v breakerView) (time.Duration, error) {
 	cb := o.breaker
 	desired := desiredStatus(o, v)
+	key := client.ObjectKeyFromObject(cb)
+	r.sawState(key, cb.Status.State, desired.Status.State)
 	if equality.Semantic.DeepEqual(cb.Status, desired.Status) {
 		r.Metrics.observe(desired)
 		return 0, nil
 	}
-	key := client.ObjectKeyFromObject(cb)
-	if wait := r.countsWait(key, cb, desired); wait > 0 {
+	if wait := r.writeWait(key, cb, desired); wait > 0 {
 		return wait, nil
 	}
 	// The optimistic lock refuses a patch computed from a stale cache, whose Events would
@@ -70,46 +88,90 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, 
 	case err != nil:
 		return 0, fmt.Errorf("patch status of CircuitBreaker %s/%s: %w", cb.Namespace, cb.Name, err)
 	}
-	r.wrote(key)
-	r.recordEvents(cb, desired, o, v)
-	r.recordOverrideEvents(cb, desired)
+	coalesced := r.wrote(key, desired.Status.State)
+	r.recordEvents(cb, desired, o, v, coalesced)
+	r.recordOverrideEvents(cb, desired, o.override)
 	r.Metrics.observe(desired)
 	return 0, nil
 }
 
-// countsWait is how long to put off a status write that changes nothing but counts and
-// the member list; zero to write now.
-func (r *CircuitBreakerReconciler) countsWait(key client.ObjectKey, cb, desired *resiliencev1alpha1.CircuitBreaker) time.Duration {
+// writeWait is how long to put off a status write; zero to write now. A change of
+// counts and the member list alone waits minCountsInterval after the last write, any
+// other change minWriteInterval.
+func (r *CircuitBreakerReconciler) writeWait(key client.ObjectKey, cb, desired *resiliencev1alpha1.CircuitBreaker) time.Duration {
+	interval := minCountsInterval
+	if !countsOnly(cb, desired) {
+		interval = minWriteInterval
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.writes[key]
+	if rec == nil || rec.at.IsZero() {
+		return 0
+	}
+	return interval - time.Since(rec.at)
+}
+
+// countsOnly reports whether desired changes nothing of cb's status but counts and the
+// member list: no state, generation, open period or condition.
+func countsOnly(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
 	if cb.Status.State != desired.Status.State || cb.Status.ObservedGeneration != desired.Status.ObservedGeneration ||
 		cb.Status.MemberCounts == nil || desired.Status.MemberCounts == nil ||
 		cb.Status.ConsecutiveOpens != desired.Status.ConsecutiveOpens { // a re-open, at most one per open period
-		return 0
+		return false
 	}
 	for _, c := range desired.Status.Conditions {
 		if old := meta.FindStatusCondition(cb.Status.Conditions, c.Type); old == nil || old.Status != c.Status || old.Reason != c.Reason {
-			return 0
+			return false
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return minCountsInterval - time.Since(r.lastWrite[key])
+	return true
 }
 
-// wrote records when key's status was last written.
-func (r *CircuitBreakerReconciler) wrote(key client.ObjectKey) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lastWrite == nil {
-		r.lastWrite = map[client.ObjectKey]time.Time{}
+// record returns key's write record, made when missing. r.mu must be held.
+func (r *CircuitBreakerReconciler) record(key client.ObjectKey) *writeRecord {
+	if r.writes == nil {
+		r.writes = map[client.ObjectKey]*writeRecord{}
 	}
-	r.lastWrite[key] = time.Now()
+	rec := r.writes[key]
+	if rec == nil {
+		rec = &writeRecord{}
+		r.writes[key] = rec
+	}
+	return rec
 }
 
-// forgetWrites drops the write times of breakers that are gone.
+// sawState counts the changes of key's computed state since its last write; stored is
+// the state the last write left.
+func (r *CircuitBreakerReconciler) sawState(key client.ObjectKey, stored, computed resiliencev1alpha1.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.record(key)
+	if rec.at.IsZero() && rec.changes == 0 {
+		rec.seen = stored // first sight since the operator started
+	}
+	if computed != rec.seen {
+		rec.seen = computed
+		rec.changes++
+	}
+}
+
+// wrote records that key's status was written with state, and returns how many other
+// state changes since the last write that one stands for.
+func (r *CircuitBreakerReconciler) wrote(key client.ObjectKey, state resiliencev1alpha1.State) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.record(key)
+	coalesced := max(0, rec.changes-1)
+	rec.at, rec.seen, rec.changes = time.Now(), state, 0
+	return coalesced
+}
+
+// forgetWrites drops the write records of breakers that are gone.
 func (r *CircuitBreakerReconciler) forgetWrites(namespace string, live []resiliencev1alpha1.CircuitBreaker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for key := range r.lastWrite {
+	for key := range r.writes {
 		if key.Namespace != namespace {
 			continue
 		}
@@ -118,7 +180,7 @@ func (r *CircuitBreakerReconciler) forgetWrites(namespace string, live []resilie
 			found = found || live[i].Name == key.Name
 		}
 		if !found {
-			delete(r.lastWrite, key)
+			delete(r.writes, key)
 		}
 	}
 }
@@ -134,41 +196,71 @@ func reopened(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
 // recordEvents records what changed between the stored status and the new one, once the
 // new one is stored. Each Event follows a change of stored status, so a reconcile that
 // changes nothing records nothing, and a restarted controller does not repeat them.
-func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.CircuitBreaker, o outcome, v breakerView) {
+//
+// What the pods' reports change makes at most one Event per write, so at most as many as
+// writes (minWriteInterval): the change of state (or a re-open) first, else one
+// ConfigRejected naming every new refusal, else one ReportShapeIgnored. What a write
+// coalesced (coalesced other state changes since the last write) its state Event says.
+func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.CircuitBreaker, o outcome, v breakerView, coalesced int) {
 	if o.err != nil && !sameCondition(cb, desired, resiliencev1alpha1.ConditionReady) {
 		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.ReasonConfigInvalid, "Render",
 			"Not published, the last good config stays: %v", o.err)
 	}
-
-	if reopened(cb, desired) {
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s", openedMessage(cb, v))
+	if r.recordStateEvent(cb, desired, v, coalesced) {
+		return
 	}
-	if from, to := cb.Status.State, desired.Status.State; from != to {
-		r.Metrics.transition(cb, to)
-		switch to {
-		case resiliencev1alpha1.StateOpen:
-			r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s", openedMessage(cb, v))
-		case resiliencev1alpha1.StateHalfOpen:
-			r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen", "%s", halfOpenedMessage(cb, v))
-		case resiliencev1alpha1.StateClosed:
-			if from != "" { // a first report of Closed is no news
-				r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitClosed, "Close",
-					"The circuit is closed on all %d reporting pods", v.counts.Reporting)
-			}
-		}
-	}
-
-	// The stored ConfigApplied message names the refusals already reported, which keeps
-	// this level-based: a refusal is news only once.
+	// The stored ConfigApplied message names the refusals and odd shapes already
+	// reported, which keeps this level-based: each is news only once.
 	var reported string
-	if c := meta.FindStatusCondition(cb.Status.Conditions, resiliencev1alpha1.ConditionConfigApplied); c != nil &&
-		c.Reason == resiliencev1alpha1.ReasonMembersRejected {
+	if c := meta.FindStatusCondition(cb.Status.Conditions, resiliencev1alpha1.ConditionConfigApplied); c != nil {
 		reported = c.Message
 	}
-	for _, rej := range v.rejected[:min(len(v.rejected), maxListed)] {
+	var news []string
+	for _, rej := range v.rejected {
 		if !strings.Contains(reported, rej) {
-			r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventConfigRejected, "Reload",
-				"Pod %s; it keeps its last good configuration", rej)
+			news = append(news, rej)
 		}
 	}
+	if len(news) > 0 {
+		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventConfigRejected, "Reload",
+			"%d pods refused the published configuration and keep their last good one: %s", len(news), joinLimited(news))
+		return
+	}
+	if c := meta.FindStatusCondition(desired.Status.Conditions, resiliencev1alpha1.ConditionConfigApplied); c != nil &&
+		c.Reason == ReasonReportShapesMixed && c.Message != reported {
+		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, EventReportShapeIgnored, "Aggregate", "%s", c.Message)
+	}
+}
+
+// recordStateEvent records the Event of a change of state, or of a re-open, if there is
+// one, and says whether it did.
+func (r *CircuitBreakerReconciler) recordStateEvent(cb, desired *resiliencev1alpha1.CircuitBreaker, v breakerView, coalesced int) bool {
+	var more string
+	if coalesced > 0 {
+		more = fmt.Sprintf(" (%d more state changes since the last status write, coalesced into this one)", coalesced)
+	}
+	if reopened(cb, desired) {
+		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
+		return true
+	}
+	from, to := cb.Status.State, desired.Status.State
+	if from == to {
+		return false
+	}
+	r.Metrics.transition(cb, to)
+	switch to {
+	case resiliencev1alpha1.StateOpen:
+		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
+	case resiliencev1alpha1.StateHalfOpen:
+		r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen", "%s%s", halfOpenedMessage(cb, v), more)
+	case resiliencev1alpha1.StateClosed:
+		if from == "" { // a first report of Closed is no news
+			return false
+		}
+		r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitClosed, "Close",
+			"The circuit is closed on all %d reporting pods%s", v.counts.Reporting, more)
+	default:
+		return false
+	}
+	return true
 }
