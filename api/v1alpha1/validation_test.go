@@ -140,7 +140,7 @@ func TestAPIServerDefaultsAnEmptySpec(t *testing.T) {
 				s.HalfOpenPermittedCalls == nil || *s.HalfOpenPermittedCalls != 1 ||
 				s.Mode != resiliencev1alpha1.ModeEnforce || s.Scope != resiliencev1alpha1.ScopePod ||
 				s.FleetQuorumPercent == nil || *s.FleetQuorumPercent != 0 {
-				t.Errorf("defaults of an empty spec differ from DESIGN.md §3: %+v", s)
+				t.Errorf("defaults of an empty spec differ from docs/design.md §3: %+v", s)
 			}
 		})
 	}
@@ -293,7 +293,7 @@ func causesNaming(err error, field string) int {
 	return n
 }
 
-// The bounds of DESIGN §3 for slow calls and backoff, and each bad value reported once,
+// The bounds of docs/design.md §3 for slow calls and backoff, and each bad value reported once,
 // naming its field: a string that is no duration fails the pattern alone, not the CEL
 // bounds as well.
 func TestAPIServerSlowCallAndBackoffBounds(t *testing.T) {

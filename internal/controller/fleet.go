@@ -10,7 +10,7 @@ import (
 )
 
 // fleetDecision is what the pods of a breaker with scope Fleet decided between them
-// (DESIGN §5.12). It is a function of their reports alone: the operator keeps no memory
+// (docs/design.md §5.12). It is a function of their reports alone: the operator keeps no memory
 // of earlier decisions, so a restarted operator decides the same.
 type fleetDecision struct {
 	// verdict is what the rendered config carries for the pods to adopt; nil for none.

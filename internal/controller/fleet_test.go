@@ -312,7 +312,7 @@ func openedK(pod, reason string, offset time.Duration, k int32, period time.Dura
 	return m
 }
 
-// backedOff is DESIGN §5.13's k-th open period.
+// backedOff is docs/design.md §5.13's k-th open period.
 func backedOff(k int, openTimeout, maxOpenTimeout time.Duration) time.Duration {
 	d := openTimeout
 	for range k - 1 {
@@ -324,7 +324,7 @@ func backedOff(k int, openTimeout, maxOpenTimeout time.Duration) time.Duration {
 	return min(d, maxOpenTimeout)
 }
 
-// A fleet that keeps failing its probes backs off as one (DESIGN §5.13): the k-th
+// A fleet that keeps failing its probes backs off as one (docs/design.md §5.13): the k-th
 // consecutive fleet open carries min(openTimeout×2^(k-1), maxOpenTimeout), taken from the
 // pod whose failed probe started it, whichever pod that is, while the pods that only
 // adopted the verdicts before report nothing that moves it.

@@ -28,7 +28,7 @@ type breakerView struct {
 	opener *member
 	// forced: a Fleet breaker is open because its mode holds it open, not by a verdict.
 	forced bool
-	// consecutiveOpens and openTimeout are the open period (DESIGN §5.13): the fleet
+	// consecutiveOpens and openTimeout are the open period (docs/design.md §5.13): the fleet
 	// verdict's for scope Fleet, the longest any pod reports for scope Pod.
 	consecutiveOpens int32
 	openTimeout      *metav1.Duration
@@ -338,7 +338,7 @@ func slowCalls(cb *resiliencev1alpha1.CircuitBreaker) string {
 	return "slow calls"
 }
 
-// openPeriod says how long a backed-off open period lasts (DESIGN §5.13), and nothing for
+// openPeriod says how long a backed-off open period lasts (docs/design.md §5.13), and nothing for
 // a first open, whose period is openTimeout.
 func openPeriod(consecutiveOpens int32, openTimeout *metav1.Duration) string {
 	if consecutiveOpens < 2 || openTimeout == nil {

@@ -59,7 +59,7 @@ func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdic
 	return c, nil
 }
 
-// renderSlowCallsAndBackoff adds the optional judgements of DESIGN §5.13: slowCallRatio
+// renderSlowCallsAndBackoff adds the optional judgements of docs/design.md §5.13: slowCallRatio
 // only with slowCallDuration, since a ratio alone judges nothing and a reader would take
 // it for a setting in force; maxOpenTimeout whenever it is set. Left out, the pods judge
 // no call slow and keep every open period at openTimeout.

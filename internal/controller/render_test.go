@@ -205,7 +205,7 @@ func TestSetReadyCondition(t *testing.T) {
 	}
 }
 
-// The fields of DESIGN §5.13 render as §4 shows them, and read back to the same config.
+// The fields of docs/design.md §5.13 render as §4 shows them, and read back to the same config.
 func TestRenderSlowCallsAndBackoff(t *testing.T) {
 	cb := &resiliencev1alpha1.CircuitBreaker{
 		ObjectMeta: metav1.ObjectMeta{Name: "search", Generation: 2},

@@ -9,7 +9,7 @@ import (
 )
 
 // TestWallClockStep: a step of the wall clock, either way, changes no duration a breaker
-// measures (DESIGN.md §5.14), while the timestamps that leave the process follow the wall
+// measures (docs/design.md §5.14), while the timestamps that leave the process follow the wall
 // clock.
 func TestWallClockStep(t *testing.T) {
 	for _, step := range []time.Duration{time.Hour, -time.Hour} {

@@ -9,7 +9,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 )
 
-// Slow calls and backed-off open periods (DESIGN.md §5.13). The model test covers them
+// Slow calls and backed-off open periods (docs/design.md §5.13). The model test covers them
 // over random sequences; these tests spell out the cases a reader looks for.
 
 func slowPolicy() Policy {

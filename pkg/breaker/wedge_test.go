@@ -12,7 +12,7 @@ import (
 // breaker".
 
 // TestLeakedProbe: a half-open period in which no probe outcome arrives for OpenTimeout
-// after the last admission re-opens the circuit (DESIGN.md §5.3).
+// after the last admission re-opens the circuit (docs/design.md §5.3).
 func TestLeakedProbe(t *testing.T) {
 	wantRefused := func(t *testing.T, b *Breaker, reason RejectReason) {
 		t.Helper()

@@ -276,7 +276,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 }
 
 // coreRefusesOlderClosedAfterForcedOpen tells whether pkg/breaker has the rule this spec
-// needs from it (DESIGN §5.12): a breaker created ForcedOpen, set to Enforce, refuses a
+// needs from it (docs/design.md §5.12): a breaker created ForcedOpen, set to Enforce, refuses a
 // Closed verdict from before it was forced open.
 func coreRefusesOlderClosedAfterForcedOpen() bool {
 	p := breaker.DefaultPolicy()

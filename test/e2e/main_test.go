@@ -1,5 +1,5 @@
 // Package e2e runs the operator and in-process application instances together
-// against a real kube-apiserver (envtest): the loop of DESIGN.md §2, from
+// against a real kube-apiserver (envtest): the loop of docs/design.md §2, from
 // `kubectl apply` to every pod's breaker and from a pod's verdict back to the
 // CircuitBreaker's status, conditions and Events.
 package e2e

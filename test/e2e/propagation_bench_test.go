@@ -18,7 +18,7 @@ import (
 // benchInstances is how many application instances the propagation benchmarks run.
 const benchInstances = 20
 
-// BenchmarkPropagation measures how long the loop of DESIGN.md §2 takes on a real
+// BenchmarkPropagation measures how long the loop of docs/design.md §2 takes on a real
 // API server with 20 instances: a CircuitBreaker update until every instance runs
 // it, an instance's trip until the resource says Open=True, and a fleet verdict
 // until every instance is open. Each iteration is one sample, taken once the
@@ -88,7 +88,7 @@ func BenchmarkPropagation(b *testing.B) {
 			waitUntil(b, all(breaker.Open))
 			samples = append(samples, time.Since(start))
 
-			// Untimed reset. Only a Closed the pods earned closes a fleet (DESIGN §5.12),
+			// Untimed reset. Only a Closed the pods earned closes a fleet (docs/design.md §5.12),
 			// and a probe would have to wait out the open timeout: a round trip through
 			// ForcedClosed closes every pod at once instead.
 			closedAt := time.Now()

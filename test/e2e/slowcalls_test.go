@@ -133,7 +133,7 @@ func (o *opens) entered(k int) (breaker.Transition, bool) {
 	return breaker.Transition{}, false
 }
 
-// A fleet whose probes keep failing backs off as one (DESIGN §5.13): the k-th
+// A fleet whose probes keep failing backs off as one (docs/design.md §5.13): the k-th
 // consecutive fleet open lasts min(openTimeout×2^(k-1), maxOpenTimeout) on every pod,
 // whichever pod's probe failed, and the resource shows the period.
 func TestAFleetBacksOffAsOne(t *testing.T) {

@@ -412,7 +412,7 @@ func (h *harness) startAgents(breakers ...string) {
 }
 
 // breakerObject is a CircuitBreaker as the scenarios want it: open for 1 s, one
-// probe at a time, closed again by one success (DESIGN.md §3).
+// probe at a time, closed again by one success (docs/design.md §3).
 func breakerObject(name string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": circuitBreakersGVR.GroupVersion().String(),

@@ -1,4 +1,4 @@
-// Package fleet is the fleet-scale benchmark of the loop of DESIGN.md §2
+// Package fleet is the fleet-scale benchmark of the loop of docs/design.md §2
 // (`make bench-fleet`): N in-process application pods (500 by default) and the
 // operator as it runs in production — the real manager binary, a separate OS
 // process — against an envtest API server. It measures how long a fleet-wide

@@ -257,7 +257,7 @@ func (t *tracker) watchKind(ctx context.Context, dc dynamic.Interface, gvr schem
 	}
 }
 
-// Readers of the CircuitBreaker's public status (DESIGN.md §3).
+// Readers of the CircuitBreaker's public status (docs/design.md §3).
 
 func memberCount(o *unstructured.Unstructured, field string) int64 {
 	v, _, _ := unstructured.NestedInt64(o.Object, "status", "memberCounts", field)

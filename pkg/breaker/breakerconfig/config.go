@@ -26,7 +26,7 @@ type Config struct {
 	HalfOpenPermittedCalls int      `json:"halfOpenPermittedCalls"`
 	Mode                   string   `json:"mode"`
 	Scope                  string   `json:"scope"`
-	// SlowCallDuration and SlowCallRatio judge slow calls (DESIGN §5.13); both are
+	// SlowCallDuration and SlowCallRatio judge slow calls (docs/design.md §5.13); both are
 	// left out when slow calls are not judged.
 	SlowCallDuration Duration `json:"slowCallDuration,omitempty"`
 	SlowCallRatio    float64  `json:"slowCallRatio,omitempty"`
@@ -34,12 +34,12 @@ type Config struct {
 	// backoff.
 	MaxOpenTimeout Duration `json:"maxOpenTimeout,omitempty"`
 	// Verdict is the fleet's shared verdict, written by the operator only for
-	// scope Fleet and only while it has one (DESIGN §5.12).
+	// scope Fleet and only while it has one (docs/design.md §5.12).
 	Verdict *Verdict `json:"verdict,omitempty"`
 }
 
 // Verdict is a fleet-wide verdict: the state and when it was reached, and for
-// an open verdict the open period every pod keeps (DESIGN §5.13).
+// an open verdict the open period every pod keeps (docs/design.md §5.13).
 type Verdict struct {
 	State string    `json:"state"`
 	Since time.Time `json:"since"`

@@ -5,7 +5,7 @@ import "strings"
 // The names that the operator, the webhooks and the pods must agree on. This file
 // is their one definition; every other package imports them from here.
 
-// Group and Version of Fusebox's API (DESIGN §1).
+// Group and Version of Fusebox's API (docs/design.md §1).
 const (
 	Group   = "resilience.fusebox.dev"
 	Version = "v1alpha1"
@@ -82,7 +82,7 @@ const (
 )
 
 // Earned reports whether a pod that reached state for reason did so on its own
-// evidence, so that the state may move the fleet (DESIGN §5.12): an Open reached
+// evidence, so that the state may move the fleet (docs/design.md §5.12): an Open reached
 // by its calls, Trip or a failed probe, or a Closed reached by probes.
 func Earned(state, reason string) bool {
 	switch state {

@@ -9,7 +9,7 @@ import (
 )
 
 // The BreakerReport resource: one per pod, named after the pod and owned by it,
-// listing every breaker the pod runs (DESIGN §7).
+// listing every breaker the pod runs (docs/design.md §7).
 const (
 	ReportKind     = "BreakerReport"
 	ReportResource = "breakerreports"

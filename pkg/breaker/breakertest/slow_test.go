@@ -10,7 +10,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 )
 
-// Slow calls and backed-off open periods (DESIGN §5.13) with the kit: a slow Upstream on the
+// Slow calls and backed-off open periods (docs/design.md §5.13) with the kit: a slow Upstream on the
 // breaker's Clock advances it by its delay inside the call, which the breaker measures
 // between the call's start and end.
 

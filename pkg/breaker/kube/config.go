@@ -214,7 +214,7 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 	if err != nil {
 		return breaker.Verdict{}, false
 	}
-	// An open verdict's period is the fleet's: every pod keeps it (DESIGN §5.13).
+	// An open verdict's period is the fleet's: every pod keeps it (docs/design.md §5.13).
 	return breaker.Verdict{State: s, Since: c.Verdict.Since,
 		ConsecutiveOpens: c.Verdict.ConsecutiveOpens, OpenTimeout: time.Duration(c.Verdict.OpenTimeout)}, true
 }

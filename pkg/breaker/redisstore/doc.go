@@ -21,7 +21,7 @@
 // verdict.
 //
 // An open verdict carries its open period (how many consecutive opens, and how long this
-// one lasts: DESIGN.md §5.13), and every process that adopts it keeps that period, so
+// one lasts: docs/design.md §5.13), and every process that adopts it keeps that period, so
 // processes back off as one even where their own policies differ. The period is stored
 // with the epoch it belongs to, so that one left behind by a write from an older version
 // of this package, which does not know the field, is not taken for the current verdict's;

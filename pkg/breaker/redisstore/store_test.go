@@ -317,7 +317,7 @@ func TestStaleViewAdopts(t *testing.T) {
 	}
 }
 
-// TestProbesNotShared: counters are never shared (DESIGN.md §5.10), the half-open probe
+// TestProbesNotShared: counters are never shared (docs/design.md §5.10), the half-open probe
 // successes included. Each process needs SuccessThreshold successes of its own; the first
 // that gets them closes the circuit for all.
 func TestProbesNotShared(t *testing.T) {

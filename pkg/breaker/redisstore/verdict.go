@@ -16,7 +16,7 @@ const format = "fusebox.verdict.v1"
 
 // The hash fields of a shared verdict, in the order HMGET asks for them. The fifth, hos, is
 // the count of half-open successes that earlier versions shared across processes. Counters
-// are never shared (DESIGN.md §5.10), so it is written as 0 and its value ignored, but it
+// are never shared (docs/design.md §5.10), so it is written as 0 and its value ignored, but it
 // stays in the v1 format so that processes of either version read each other's verdicts
 // during a rolling upgrade. The sixth, period, is the open period (§5.13): earlier
 // versions neither write nor read it, and leave it behind when they write a verdict, which

@@ -93,7 +93,7 @@ func validateName(name string) field.ErrorList {
 // The bounds (1s to 24h, 1s to 1h, 1ms to 1h, up to 24h) are the schema's; this rule is one CEL
 // states badly. A breaker's timings are judged at millisecond resolution at
 // best, so digits below a millisecond are a typo ("1.0000001s"), and a window
-// that is not whole milliseconds puts the epoch-aligned buckets (DESIGN §5.1)
+// that is not whole milliseconds puts the epoch-aligned buckets (docs/design.md §5.1)
 // on boundaries no clock or dashboard shares.
 //
 // With old set (an update), a field is judged only if the update changes it:

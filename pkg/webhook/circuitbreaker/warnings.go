@@ -69,7 +69,7 @@ func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
 	return append(w, timingWarnings(s)...)
 }
 
-// timingWarnings are Warnings' findings about slow calls and backoff (DESIGN §5.13).
+// timingWarnings are Warnings' findings about slow calls and backoff (docs/design.md §5.13).
 func timingWarnings(s resiliencev1alpha1.CircuitBreakerSpec) []string {
 	var w []string
 	switch slow := s.SlowCallDuration; {

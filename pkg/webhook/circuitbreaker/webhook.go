@@ -57,7 +57,7 @@ func SetupWithManager(mgr ctrl.Manager) error {
 // the CRD's schema. A defaulter that cannot decode the object would deny it
 // with the decoder's message, `time: missing unit in duration "30"`, which
 // names no field; letting it through leaves the refusal to the schema, whose
-// message names the field and the rule (DESIGN §3). A request that carries no
+// message names the field and the rule (docs/design.md §3). A request that carries no
 // object, or one that is not JSON, is still denied: that is a broken request,
 // not a bad object.
 type schemaFirst struct {
