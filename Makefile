@@ -2,6 +2,8 @@
 # a newcomer needs. Nothing here downloads anything but Go modules.
 
 IMG ?= ghcr.io/fusebox-dev/fusebox:latest
+# The image of examples/in-cluster, which examples/in-cluster/deploy/app.yaml runs.
+EXAMPLE_IMG ?= ghcr.io/fusebox-dev/fusebox-example:latest
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
@@ -126,9 +128,21 @@ endif
 demo: build envtest ## Run the end-to-end demo on a local control plane; it ends by itself within 90 s.
 	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
+.PHONY: cluster
+cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.
+	hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the cluster of `make cluster`; it leaves nothing on the machine.
+	hack/cluster.sh down
+
 .PHONY: image
 image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
 	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
+
+.PHONY: image-example
+image-example: ## Build the image of examples/in-cluster the same way: bin/image-example (OCI layout), bin/image-example.tar.
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./examples/in-cluster -entrypoint /in-cluster -title fusebox-example -tag $(EXAMPLE_IMG) -layout $(LOCALBIN)/image-example -archive $(LOCALBIN)/image-example.tar
 
 .PHONY: image-push
 image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).

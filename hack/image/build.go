@@ -26,7 +26,6 @@ import (
 const (
 	nonrootUID = 65532
 	userSpec   = "65532:65532"
-	entrypoint = "/manager"
 )
 
 // Options say what to build. Everything that reaches the image is here, so
@@ -34,8 +33,11 @@ const (
 type Options struct {
 	// RepoRoot is the operator module's directory (the repository root).
 	RepoRoot string
-	// Package is the manager's main package, relative to RepoRoot.
+	// Package is the main package to put in the image, relative to RepoRoot:
+	// the manager, or the example application or pause program of hack/cluster.sh.
 	Package string
+	// Entrypoint is where the binary goes in the image, and what it runs.
+	Entrypoint string
 	// Platforms are the image index's entries, each cross-compiled.
 	Platforms []v1.Platform
 	// CACertificates is a PEM bundle copied to /etc/ssl/certs/ca-certificates.crt.
@@ -46,7 +48,7 @@ type Options struct {
 	Labels map[string]string
 }
 
-// Build cross-compiles the manager for every platform and assembles the
+// Build cross-compiles the package for every platform and assembles the
 // multi-platform OCI image index.
 func Build(ctx context.Context, o Options) (v1.ImageIndex, error) {
 	ca, err := os.ReadFile(o.CACertificates)
@@ -62,7 +64,7 @@ func Build(ctx context.Context, o Options) (v1.ImageIndex, error) {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	var adds []mutate.IndexAddendum
 	for _, p := range o.Platforms {
-		bin := filepath.Join(work, "manager-"+p.OS+"-"+p.Architecture)
+		bin := filepath.Join(work, path.Base(o.Entrypoint)+"-"+p.OS+"-"+p.Architecture)
 		if err := goBuild(ctx, o.RepoRoot, o.Package, p, bin); err != nil {
 			return nil, err
 		}
@@ -77,7 +79,7 @@ func Build(ctx context.Context, o Options) (v1.ImageIndex, error) {
 	return mutate.Annotations(idx, o.Labels).(v1.ImageIndex), nil
 }
 
-// goBuild compiles a static manager for p. Reproducible: no cgo, paths
+// goBuild compiles a static binary of pkg for p. Reproducible: no cgo, paths
 // trimmed, no VCS stamp (the revision is a label instead), an empty build ID,
 // and the microarchitecture levels pinned so the builder's environment does
 // not leak in.
@@ -88,7 +90,7 @@ func goBuild(ctx context.Context, root, pkg string, p v1.Platform, out string) e
 	cmd.Env = append(os.Environ(),
 		"CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture,
 		"GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=", "GOEXPERIMENT=",
-		// The manager builds in the repository's workspace (go.work), whatever this
+		// The package builds in the repository's workspace (go.work), whatever this
 		// program itself was run with.
 		"GOWORK=")
 	var stderr bytes.Buffer
@@ -100,11 +102,11 @@ func goBuild(ctx context.Context, root, pkg string, p v1.Platform, out string) e
 }
 
 func platformImage(o Options, p v1.Platform, bin string, ca []byte) (v1.Image, error) {
-	manager, err := os.ReadFile(bin)
+	data, err := os.ReadFile(bin)
 	if err != nil {
 		return nil, err
 	}
-	layerTar, err := rootFS(o.Created, manager, ca)
+	layerTar, err := rootFS(o.Created, o.Entrypoint, data, ca)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +127,7 @@ func platformImage(o Options, p v1.Platform, bin string, ca []byte) (v1.Image, e
 	cfg.OS, cfg.Architecture, cfg.Variant = p.OS, p.Architecture, p.Variant
 	cfg.Config = v1.Config{
 		User:       userSpec,
-		Entrypoint: []string{entrypoint},
+		Entrypoint: []string{o.Entrypoint},
 		WorkingDir: "/",
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -142,7 +144,7 @@ func platformImage(o Options, p v1.Platform, bin string, ca []byte) (v1.Image, e
 		Layer: layer,
 		History: v1.History{
 			Created:   created,
-			CreatedBy: "hack/image: /manager, /etc/passwd (nonroot 65532), CA certificates",
+			CreatedBy: "hack/image: " + o.Entrypoint + ", /etc/passwd (nonroot 65532), CA certificates",
 			Comment:   "built without a container engine by github.com/fusebox-dev/fusebox/hack/image",
 		},
 	})
@@ -155,7 +157,7 @@ func platformImage(o Options, p v1.Platform, bin string, ca []byte) (v1.Image, e
 // rootFS is the image's only layer: just enough for a static Go binary that
 // talks TLS and runs as a non-root user. Entries are sorted and every time,
 // owner and mode is fixed, so equal inputs give equal bytes.
-func rootFS(mtime time.Time, manager, ca []byte) ([]byte, error) {
+func rootFS(mtime time.Time, entrypoint string, bin, ca []byte) ([]byte, error) {
 	type entry struct {
 		mode  int64
 		uid   int
@@ -174,7 +176,7 @@ func rootFS(mtime time.Time, manager, ca []byte) ([]byte, error) {
 		"etc/ssl/certs/ca-certificates.crt": file(0o644, ca),
 		"home/":                             dir(0o755, 0),
 		"home/nonroot/":                     dir(0o700, nonrootUID),
-		strings.TrimPrefix(entrypoint, "/"): file(0o755, manager),
+		strings.TrimPrefix(entrypoint, "/"): file(0o755, bin),
 		"tmp/":                              dir(0o1777, 0),
 	}
 	names := make([]string, 0, len(entries))

@@ -280,6 +280,7 @@ func testOptions(t *testing.T) Options {
 	return Options{
 		RepoRoot:       filepath.Join("..", ".."),
 		Package:        "./cmd/manager",
+		Entrypoint:     "/manager",
 		Platforms:      []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}},
 		CACertificates: ca,
 		Created:        time.Unix(1796000000, 0).UTC(),

@@ -5,6 +5,10 @@
 // `docker load` accepts, and optionally pushed to a registry. Same commit,
 // same digest: see docs/image.md.
 //
+// -package and -entrypoint put another main package of the repository on the
+// same root filesystem: `make image-example` builds examples/in-cluster this
+// way, and hack/cluster.sh the pause program of its node (hack/pause).
+//
 // It is a module of its own so the operator's module does not depend on
 // go-containerregistry.
 package main
@@ -34,18 +38,20 @@ func main() {
 
 func run() error {
 	var (
-		root      = flag.String("root", "../..", "The repository root (the operator's module).")
-		pkg       = flag.String("package", "./cmd/manager", "The manager's main package, relative to -root.")
-		platforms = flag.String("platforms", "linux/amd64,linux/arm64", "Comma-separated platforms of the image index.")
-		ca        = flag.String("ca-certificates", "/etc/ssl/certs/ca-certificates.crt", "PEM bundle of trusted CAs for /etc/ssl/certs (Debian's ca-certificates package).")
-		tag       = flag.String("tag", "ghcr.io/fusebox-dev/fusebox:latest", "The image's name in the layout and the tarball, and where -push sends it.")
-		layoutDir = flag.String("layout", "bin/image", "Where to write the OCI image layout (replaced).")
-		archive   = flag.String("archive", "bin/image.tar", "Where to write the tarball for `docker load` (\"\" for none).")
-		push      = flag.Bool("push", false, "Also push the index to -tag, with the docker config's credentials.")
-		source    = flag.String("source", "https://github.com/fusebox-dev/fusebox", "org.opencontainers.image.source label.")
-		revision  = flag.String("revision", "", "org.opencontainers.image.revision label (default: git rev-parse HEAD).")
-		version   = flag.String("version", "", "org.opencontainers.image.version label (default: git describe --tags --always --dirty).")
-		epoch     = flag.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix time of every timestamp in the image (default: $SOURCE_DATE_EPOCH, else the commit's time).")
+		root       = flag.String("root", "../..", "The repository root (the operator's module).")
+		pkg        = flag.String("package", "./cmd/manager", "The main package to put in the image, relative to -root.")
+		entrypoint = flag.String("entrypoint", "/manager", "Where the binary goes in the image; the image runs it.")
+		title      = flag.String("title", "fusebox-manager", "org.opencontainers.image.title label.")
+		platforms  = flag.String("platforms", "linux/amd64,linux/arm64", "Comma-separated platforms of the image index.")
+		ca         = flag.String("ca-certificates", "/etc/ssl/certs/ca-certificates.crt", "PEM bundle of trusted CAs for /etc/ssl/certs (Debian's ca-certificates package).")
+		tag        = flag.String("tag", "ghcr.io/fusebox-dev/fusebox:latest", "The image's name in the layout and the tarball, and where -push sends it.")
+		layoutDir  = flag.String("layout", "bin/image", "Where to write the OCI image layout (replaced).")
+		archive    = flag.String("archive", "bin/image.tar", "Where to write the tarball for `docker load` (\"\" for none).")
+		push       = flag.Bool("push", false, "Also push the index to -tag, with the docker config's credentials.")
+		source     = flag.String("source", "https://github.com/fusebox-dev/fusebox", "org.opencontainers.image.source label.")
+		revision   = flag.String("revision", "", "org.opencontainers.image.revision label (default: git rev-parse HEAD).")
+		version    = flag.String("version", "", "org.opencontainers.image.version label (default: git describe --tags --always --dirty).")
+		epoch      = flag.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix time of every timestamp in the image (default: $SOURCE_DATE_EPOCH, else the commit's time).")
 	)
 	flag.Parse()
 
@@ -64,7 +70,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	opts.Package, opts.Platforms, opts.CACertificates = *pkg, ps, *ca
+	opts.Package, opts.Entrypoint, opts.Platforms, opts.CACertificates = *pkg, *entrypoint, ps, *ca
+	opts.Labels["org.opencontainers.image.title"] = *title
 	opts.Labels["org.opencontainers.image.source"] = *source
 
 	started := time.Now()
@@ -125,7 +132,6 @@ func optionsFromGit(root, epoch, revision, version string) (Options, error) {
 		RepoRoot: root,
 		Created:  time.Unix(secs, 0).UTC(),
 		Labels: map[string]string{
-			"org.opencontainers.image.title":    "fusebox-manager",
 			"org.opencontainers.image.revision": revision,
 			"org.opencontainers.image.version":  version,
 			"org.opencontainers.image.licenses": "Apache-2.0",

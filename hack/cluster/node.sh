@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# node.sh STATE: the first process of the cluster's own PID, mount and network
+# namespaces (hack/cluster.sh up starts it with unshare). It prepares the namespaces,
+# starts etcd, containerd, the control plane, kube-proxy and the kubelet, and waits.
+# On SIGTERM it stops them and exits; the kernel then kills whatever is left in the
+# PID namespace (pods, shims), and the mount namespace, with every mount below, goes
+# away with its last process. So nothing it does outlives it on the host.
+set -euo pipefail
+state=$1
+# shellcheck source=/dev/null # written by hack/cluster.sh up
+source "${state}/conf/node.env"
+data="${state}/data"
+logs="${state}/logs"
+pki="${state}/pki"
+conf="${state}/conf"
+export PATH="${bin}:${PATH}" TMPDIR="${data}/tmp"
+ts() {
+	local ms=$(($(date +%s%3N) - cluster_t0))
+	printf 'node [%d.%03ds] %s\n' $((ms / 1000)) $((ms % 1000)) "$*"
+}
+
+# --- file system. Mounts made here stay in this mount namespace (unshare made its
+# propagation private); each covers a host path a component writes to without asking.
+# /run: containerd's and runc's state, the CNI address allocations.
+mount -t tmpfs -o mode=0755 fusebox-run /run
+# /var/log: the kubelet's /var/log/pods and /var/log/containers.
+mkdir -p "${data}/varlog" "${data}/varlib/upper" "${data}/varlib/work" "${data}/sysctl" "${TMPDIR}"
+mount --bind "${data}/varlog" /var/log
+# /var/lib: paths that are built in, not configurable (the kubelet's device-plugin
+# socket, libcni's result cache in /var/lib/cni): written to an overlay whose upper
+# layer is in the state directory; the host's /var/lib is only read.
+mount -t overlay fusebox-varlib -o "lowerdir=/var/lib,upperdir=${data}/varlib/upper,workdir=${data}/varlib/work" /var/lib
+# The kubelet sets these host-wide sysctls (and there is no namespace for them): each is
+# covered by a read-only file that already holds the value the kubelet wants, so it finds
+# nothing to change. vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
+# kernel.panic_on_oops=1, kernel.keys.root_maxkeys, kernel.keys.root_maxbytes.
+for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \
+	kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
+	key=${kv%=*} file="${data}/sysctl/${key//\//.}"
+	echo "${kv#*=}" >"${file}"
+	mount --bind -o ro "${file}" "/proc/sys/${key}"
+done
+
+# --- network. Only lo and a veth pair whose two ends are both in this namespace: the
+# node's address is on one end, and the default route (which the kubelet and kube-proxy
+# need to pick a node address) points at an address nobody has, so nothing leaves.
+ip link set lo up
+ip link add fusebox0 type veth peer name fusebox1
+ip addr add "${node_ip}/24" dev fusebox0
+ip link set fusebox0 up
+ip link set fusebox1 up
+ip route add default via "${node_ip%.*}.1" dev fusebox0
+
+# --- components, in order of need. Each one's pid is kept to stop them in reverse.
+pids=()
+names=()
+start() { # NAME CMD...
+	local name=$1
+	shift
+	"$@" >"${logs}/${name}.log" 2>&1 &
+	pids+=($!)
+	names+=("${name}")
+	ts "started ${name} (pid $!)"
+}
+stop() {
+	trap - TERM INT
+	ts "stopping"
+	# The kubelet first, so it does not see its runtime or API server go and react.
+	local i
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		if [[ ${names[i]} == kubelet ]]; then kill -TERM "${pids[i]}" 2>/dev/null || true; fi
+	done
+	kill -TERM "${pids[@]}" 2>/dev/null || true
+	for i in $(seq 50); do
+		kill -0 "${pids[@]}" 2>/dev/null || break
+		sleep 0.1
+	done
+	ts "stopped"
+	exit 0 # the kernel kills the rest of this PID namespace
+}
+trap stop TERM INT
+# wait_for WHAT CMD...: retries CMD every 0.2 s until it succeeds; gives up after 120 s.
+wait_for() {
+	local what=$1 i
+	shift
+	for i in $(seq 600); do
+		if "$@" >/dev/null 2>&1; then
+			ts "${what}"
+			return 0
+		fi
+		sleep 0.2
+	done
+	ts "gave up waiting: ${what}"
+	return 1
+}
+kubectl_as() { kubectl --kubeconfig "${state}/$1.kubeconfig" --cache-dir "${data}/kube-cache" "${@:2}"; }
+
+start etcd etcd --name fusebox-node --data-dir "${data}/etcd" --unsafe-no-fsync \
+	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster fusebox-node=http://127.0.0.1:2380
+
+start containerd containerd --config "${conf}/containerd.toml"
+
+start kube-apiserver kube-apiserver --etcd-servers http://127.0.0.1:2379 \
+	--advertise-address "${node_ip}" --secure-port 6443 \
+	--tls-cert-file "${pki}/kube-apiserver.crt" --tls-private-key-file "${pki}/kube-apiserver.key" \
+	--client-ca-file "${pki}/ca.crt" \
+	--service-account-issuer https://kubernetes.default.svc.cluster.local \
+	--service-account-key-file "${pki}/service-account.pub" \
+	--service-account-signing-key-file "${pki}/service-account.key" \
+	--service-cluster-ip-range "${service_cidr}" \
+	--authorization-mode Node,RBAC --allow-privileged \
+	--kubelet-client-certificate "${pki}/kube-apiserver-kubelet-client.crt" \
+	--kubelet-client-key "${pki}/kube-apiserver-kubelet-client.key" \
+	--kubelet-certificate-authority "${pki}/ca.crt" \
+	--kubelet-preferred-address-types InternalIP \
+	--profiling=false
+
+# The sandbox image must be there before the kubelet asks for its first pod.
+wait_for "containerd ready" ctr --address /run/containerd/containerd.sock version
+ctr --address /run/containerd/containerd.sock -n k8s.io images import \
+	--platform "linux/${goarch}" "${pause_tar}" >"${logs}/pause-import.log" 2>&1
+ts "imported ${pause_image}"
+
+wait_for "kube-apiserver ready" kubectl_as admin get --raw /readyz
+
+start kube-controller-manager kube-controller-manager \
+	--kubeconfig "${state}/kube-controller-manager.kubeconfig" \
+	--authentication-kubeconfig "${state}/kube-controller-manager.kubeconfig" \
+	--authorization-kubeconfig "${state}/kube-controller-manager.kubeconfig" \
+	--bind-address 127.0.0.1 --leader-elect=false \
+	--use-service-account-credentials \
+	--service-account-private-key-file "${pki}/service-account.key" --root-ca-file "${pki}/ca.crt" \
+	--cluster-signing-cert-file "${pki}/ca.crt" --cluster-signing-key-file "${pki}/ca.key" \
+	--service-cluster-ip-range "${service_cidr}" --profiling=false
+start kube-scheduler kube-scheduler \
+	--kubeconfig "${state}/kube-scheduler.kubeconfig" \
+	--authentication-kubeconfig "${state}/kube-scheduler.kubeconfig" \
+	--authorization-kubeconfig "${state}/kube-scheduler.kubeconfig" \
+	--bind-address 127.0.0.1 --leader-elect=false --profiling=false
+start kube-proxy kube-proxy --config "${conf}/kube-proxy.yaml"
+start kubelet kubelet --config "${conf}/kubelet.yaml" \
+	--kubeconfig "${state}/kubelet.kubeconfig" --root-dir "${data}/kubelet" \
+	--node-ip "${node_ip}" --hostname-override "${node_name}"
+
+ts "all started"
+# A component that exits is a broken cluster: stop the rest rather than limp on.
+while true; do
+	sleep 1 &
+	wait $! || true
+	for i in "${!pids[@]}"; do
+		if ! kill -0 "${pids[i]}" 2>/dev/null; then
+			ts "${names[i]} exited (log: ${logs}/${names[i]}.log)"
+			stop
+		fi
+	done
+done
