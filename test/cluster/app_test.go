@@ -188,7 +188,7 @@ func exampleSpecs() {
 			for _, p := range append(volumePods, apiPods...) {
 				g.Expect(running(&p)).To(BeTrue(), "pod %s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
 			}
-		}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 		record("apply → 5 example pods Running", time.Since(start), "3 injected (volume source) + 2 API source, image already on the node")
 
 		// The injection webhook mutated the pods that run: the volume and the variable
