@@ -130,6 +130,9 @@ func names(ps []corev1.Pod) []string {
 	return out
 }
 
+// podClient reaches pods directly, never through a proxy the environment may name.
+var podClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
+
 // setUpstream sets the health of the example's upstream in each pod, through the control
 // endpoint the suite turns on (CONTROL_ADDR): up, down or flapping. The suite runs inside
 // the cluster's network namespace, where pod addresses are reachable.
@@ -142,7 +145,7 @@ func setUpstream(ctx context.Context, ps []corev1.Pod, health string) {
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := podClient.Do(req)
 			if err != nil {
 				return err
 			}
