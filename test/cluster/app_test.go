@@ -49,11 +49,11 @@ func readManifests(path string) []*unstructured.Unstructured {
 	var objs []*unstructured.Unstructured
 	for {
 		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
 			return objs
-		} else {
-			Expect(err).NotTo(HaveOccurred(), "parse %s", path)
 		}
+		Expect(err).NotTo(HaveOccurred(), "parse %s", path)
 		if len(u.Object) > 0 {
 			objs = append(objs, u)
 		}
@@ -104,8 +104,8 @@ func reportEntry(rep *resiliencev1alpha1.BreakerReport) *resiliencev1alpha1.Brea
 }
 
 // expectReports checks that each pod has written its own report, owned by its Pod, on
-// config generation gen in the given state.
-func expectReports(ctx context.Context, ps []corev1.Pod, gen int64, state resiliencev1alpha1.State, timeout time.Duration) {
+// config generation gen, with the circuit closed.
+func expectReports(ctx context.Context, ps []corev1.Pod, gen int64) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
 		for _, p := range ps {
@@ -118,9 +118,9 @@ func expectReports(ctx context.Context, ps []corev1.Pod, gen int64, state resili
 			g.Expect(e).NotTo(BeNil(), "pod %s reports no %s: %+v", p.Name, exampleBreaker, rep.Breakers)
 			g.Expect(e.ConfigGeneration).To(Equal(gen), "pod %s's config generation", p.Name)
 			g.Expect(e.ConfigError).To(BeEmpty())
-			g.Expect(e.State).To(Equal(state), "pod %s's state", p.Name)
+			g.Expect(e.State).To(Equal(resiliencev1alpha1.StateClosed), "pod %s's state", p.Name)
 		}
-	}).WithContext(ctx).WithTimeout(timeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 }
 
 func exampleBreakerNow(ctx context.Context) *resiliencev1alpha1.CircuitBreaker {
@@ -203,7 +203,7 @@ func exampleSpecs() {
 
 		// Each pod, on its own bound token, reports the CircuitBreaker's published config.
 		cb := exampleBreakerNow(ctx)
-		expectReports(ctx, append(volumePods, apiPods...), cb.Generation, resiliencev1alpha1.StateClosed, 2*time.Minute)
+		expectReports(ctx, append(volumePods, apiPods...), cb.Generation)
 		var reports resiliencev1alpha1.BreakerReportList
 		Expect(k8s.List(ctx, &reports, client.InNamespace(exampleNamespace))).To(Succeed())
 		Expect(reports.Items).To(HaveLen(5), "one report per pod, no more")

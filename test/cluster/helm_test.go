@@ -63,14 +63,14 @@ func helmInstall(values map[string]any) *release.Release {
 }
 
 // helmUpgrade is `helm upgrade fusebox dist/chart --reuse-values --set ...`.
-func helmUpgrade(values map[string]any) *release.Release {
+func helmUpgrade(values map[string]any) {
 	GinkgoHelper()
 	upgrade := action.NewUpgrade(helmConfig())
 	upgrade.Namespace, upgrade.ReuseValues = operatorNamespace, true
 	upgrade.Timeout = 2 * time.Minute
 	rel, err := upgrade.Run(releaseName, loadChart(), values)
 	Expect(err).NotTo(HaveOccurred(), "helm upgrade")
-	return rel
+	Expect(rel.Info.Status).To(Equal(release.StatusDeployed))
 }
 
 // helmUninstall is `helm uninstall fusebox --namespace fusebox-system`.

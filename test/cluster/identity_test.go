@@ -43,7 +43,7 @@ func touch(ctx context.Context, cl client.Client, pod *corev1.Pod, by string) er
 func identitySpecs() {
 	It("lets a token bound to one pod write that pod's report and no other's", func(ctx SpecContext) {
 		ps := pods(ctx, exampleNamespace, appLabels(volumeApp))
-		Expect(len(ps)).To(BeNumerically(">=", 2))
+		Expect(ps).To(HaveLen(3))
 		self, other := &ps[0], &ps[1]
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: exampleNamespace, Name: self.Spec.ServiceAccountName}}
 		// What the kubelet projects into the pod: a token of its service account, bound
@@ -85,7 +85,7 @@ func identitySpecs() {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(witness), witness)).To(Succeed())
 			g.Expect(running(witness)).To(BeTrue())
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
-		expectReports(ctx, []corev1.Pod{*witness}, exampleBreakerNow(ctx).Generation, resiliencev1alpha1.StateClosed, 2*time.Minute)
+		expectReports(ctx, []corev1.Pod{*witness}, exampleBreakerNow(ctx).Generation)
 
 		// The operator prunes the reports of pods that are gone; with no manager pod at
 		// all, only the garbage collector can remove this one.
