@@ -69,7 +69,26 @@ preflight() {
 	((EUID == 0)) || die "hack/cluster.sh needs root (namespaces, mounts, cgroups)"
 	local left
 	left="$(leftover_cgroups)"
-	[[ -z ${left} ]] || die "a kubelet's cgroups are already on this machine (another cluster?): ${left}"
+	[[ -z ${left} ]] || die "cgroups of an earlier run are still in use: ${left}"
+}
+
+# make_cgroup_root creates this cluster's parent cgroup in every hierarchy; the kubelet
+# requires it to exist. A new cpuset cgroup starts with no CPUs and no memory nodes:
+# it gets its parent's.
+make_cgroup_root() {
+	local h
+	if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then # cgroup v2 only
+		mkdir -p "/sys/fs/cgroup/${cgroup_root}"
+		return 0
+	fi
+	for h in /sys/fs/cgroup/*/; do
+		[[ -L ${h%/} ]] && continue
+		mkdir -p "${h}${cgroup_root}"
+	done
+	if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]]; then
+		cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/${cgroup_root}/cpuset.cpus"
+		cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/${cgroup_root}/cpuset.mems"
+	fi
 }
 
 # The pause image, built by hack/image from hack/pause, rebuilt when its source changes.
@@ -105,17 +124,20 @@ cmd_up() {
 		echo "${kubeconfig}"
 		return 0
 	fi
-	cmd_down >/dev/null 2>&1 # what an earlier run may have left
+	cmd_down >/dev/null 2>&1 || true # what an earlier run may have left
 	preflight
 	bin="$("${cluster_hack}/build.sh")"
 	build_pause
+	ts "binaries and pause image ready"
 
 	mkdir -p "${state}/data/tmp" "${state}/logs"
 	rm -f "${state}"/logs/*.log
 	host_sysctls >"${state}/host-sysctls"
+	make_cgroup_root
 	"${cluster_hack}/pki.sh" "${state}"
 	# shellcheck source=cluster/config.sh
 	source "${cluster_hack}/config.sh"
+	ts "certificates and configuration written"
 
 	# From here on a failure, or Ctrl-C, takes the cluster down again.
 	trap 'rc=$?; trap - EXIT; if ((rc)); then ts "up failed (logs: ${state}/logs)"; cmd_down >&2; fi; exit ${rc}' EXIT
@@ -128,7 +150,7 @@ cmd_up() {
 	local unshare_pid=$! i
 	echo "${unshare_pid}" >"${state}/unshare.pid"
 	for i in $(seq 100); do
-		pid="$(cat "/proc/${unshare_pid}/task/${unshare_pid}/children" 2>/dev/null || true)"
+		read -r pid _ 2>/dev/null <"/proc/${unshare_pid}/task/${unshare_pid}/children" || true
 		[[ -z ${pid} ]] || break
 		sleep 0.05
 	done
@@ -185,20 +207,25 @@ cmd_down() {
 		done
 	fi
 	# The kubelet's cgroups (cgroupfs) are the one thing outside the namespaces; empty
-	# once their processes are gone.
+	# once their processes are gone. Only this cluster's (cgroup_root, env.sh).
 	local dir
 	for dir in $(leftover_cgroups); do
 		find "${dir}" -depth -type d -exec rmdir {} + 2>/dev/null || true
 	done
-	rm -rf "${state}/data" "${state}/pki" "${state}/conf" "${state}"/*.kubeconfig "${kubeconfig}" \
-		"${pidfile}" "${state}/unshare.pid"
+	# A process of the namespace still exiting can write as this runs: try again.
+	for i in 1 2 3 4 5; do
+		rm -rf "${state}/data" "${state}/pki" "${state}/conf" "${state}"/*.kubeconfig "${kubeconfig}" \
+			"${pidfile}" "${state}/unshare.pid" 2>/dev/null && break
+		sleep 0.5
+	done
+	[[ ! -e ${state}/data ]] || die "could not remove ${state}/data"
 	ts "stopped"
 }
 
 leftover_cgroups() {
 	local d
-	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/k8s.io; do
-		[[ -d ${d} ]] && echo "${d}"
+	for d in /sys/fs/cgroup/*/"${cgroup_root}" "/sys/fs/cgroup/${cgroup_root}"; do
+		[[ -d ${d} && ! -L ${d%/*} ]] && echo "${d}"
 	done
 	return 0
 }
@@ -212,8 +239,8 @@ cmd_status() {
 	echo "stopped"
 	local left=() p line ns namespaces=""
 	[[ ! -f ${state}/namespaces ]] || namespaces="$(cat "${state}/namespaces")"
-	# Processes: in the last run's namespaces, in the kubelet's cgroups, or run from the
-	# cluster's binaries or with its state directory on their command line.
+	# Processes: in the last run's namespaces, in this cluster's cgroups, or with its
+	# state directory on their command line (another checkout's cluster is not this one's).
 	for p in /proc/[0-9]*; do
 		line="$(tr '\0' ' ' 2>/dev/null <"${p}/cmdline")" || continue
 		[[ ${p#/proc/} != "$$" ]] || continue
@@ -221,9 +248,8 @@ cmd_status() {
 			ns="$(readlink "${p}/ns/${ns}" 2>/dev/null)" || continue
 			[[ -z ${namespaces} || ${namespaces} != *"${ns}"* ]] || { line="(in the cluster's namespaces) ${line}"; break; }
 		done
-		if [[ ${line} == "(in the cluster's namespaces)"* || ${line} == *"${state}/"* ||
-			"$(readlink "${p}/exe" 2>/dev/null)" == "${assets_root}/"* ]] ||
-			grep -q kubepods "${p}/cgroup" 2>/dev/null; then
+		if [[ ${line} == "(in the cluster's namespaces)"* || ${line} == *"${state}/"* ]] ||
+			grep -q "${cgroup_root}" "${p}/cgroup" 2>/dev/null; then
 			left+=("process ${p#/proc/}: ${line:0:160}")
 		fi
 	done

@@ -38,8 +38,8 @@ have_all() { # dir name...
 
 # progress LABEL TOTAL CMD...: runs a `go build -v` or `go install -v` command, which
 # names each package on stderr as it compiles it, and reports every 15 s how many of
-# TOTAL packages that is (cached packages are not named, so the count is an upper bound
-# of the work left). Other output (compile errors) passes through.
+# TOTAL packages that is (cached packages are not named, so TOTAL is an upper bound of
+# the work; linking names nothing). Other output (compile errors) passes through.
 progress() {
 	local label=$1 total=$2 start rc=0
 	shift 2
@@ -59,7 +59,7 @@ progress() {
 			fi
 			if (($(date +%s) - last >= 15)); then
 				last=$(date +%s)
-				ts "${label}: ${compiled}/${total} packages compiled, $((last - start))s"
+				ts "${label}: ${compiled} of at most ${total} packages compiled (the rest cached or to come), $((last - start))s"
 			fi
 		done
 	} || rc=$?
@@ -113,7 +113,8 @@ build_k8s
 
 # kube-apiserver and etcd: hack/envtest.sh's build (a no-op once it exists).
 envtest_dir="$("${repo_root}/hack/envtest.sh")"
-for c in kube-apiserver etcd; do ln -sfn "${envtest_dir}/${c}" "${k8s_bin}/${c}"; done
-for c in "${containerd_cmds[@]}"; do ln -sfn "${containerd_bin}/${c}" "${k8s_bin}/${c}"; done
+link() { [[ "$(readlink "$2")" == "$1" ]] || ln -sfn "$1" "$2"; }
+for c in kube-apiserver etcd; do link "${envtest_dir}/${c}" "${k8s_bin}/${c}"; done
+for c in "${containerd_cmds[@]}"; do link "${containerd_bin}/${c}" "${k8s_bin}/${c}"; done
 have_all "${k8s_bin}" "${k8s_cmds[@]}" kube-apiserver etcd "${containerd_cmds[@]}"
 echo "${k8s_bin}"

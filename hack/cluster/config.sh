@@ -89,6 +89,7 @@ kind: KubeletConfiguration
 # CI machines of this kind run cgroup v1 (hybrid); the kubelet refuses it by default.
 failCgroupV1: false
 cgroupDriver: cgroupfs
+cgroupRoot: /${cgroup_root}
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 address: ${node_ip}
 port: 10250

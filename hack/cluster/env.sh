@@ -32,6 +32,12 @@ api_service_ip=10.96.0.1
 
 pause_image=localhost/fusebox/pause:1
 
+# The kubelet's cgroups (cgroupfs has no namespace here) go under a parent of this
+# cluster's own, named after its state directory: two clusters on one machine (two
+# checkouts) would otherwise share /kubepods, and a kubelet removes the pod cgroups it
+# does not know, with their processes.
+cgroup_root="fusebox-cluster-$(printf '%s' "${state}" | sha256sum | cut -c1-8)"
+
 # ts prints a line on stderr with the seconds since the command started.
 export cluster_t0="${cluster_t0:-$(date +%s%3N)}"
 ts() {

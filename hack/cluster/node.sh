@@ -71,7 +71,9 @@ stop() {
 		if [[ ${names[i]} == kubelet ]]; then kill -TERM "${pids[i]}" 2>/dev/null || true; fi
 	done
 	kill -TERM "${pids[@]}" 2>/dev/null || true
-	for i in $(seq 50); do
+	# Their state is thrown away with the state directory, so a component that takes its
+	# time (the API server draining its watches) is not waited for long.
+	for i in $(seq 20); do
 		kill -0 "${pids[@]}" 2>/dev/null || break
 		sleep 0.1
 	done
@@ -93,7 +95,7 @@ wait_for() {
 	ts "gave up waiting: ${what}"
 	return 1
 }
-kubectl_as() { kubectl --kubeconfig "${state}/$1.kubeconfig" --cache-dir "${data}/kube-cache" "${@:2}"; }
+admin() { kubectl --kubeconfig "${state}/kubeconfig" --cache-dir "${data}/kube-cache" "$@"; }
 
 start etcd etcd --name fusebox-node --data-dir "${data}/etcd" --unsafe-no-fsync \
 	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -123,7 +125,7 @@ ctr --address /run/containerd/containerd.sock -n k8s.io images import \
 	--platform "linux/${goarch}" "${pause_tar}" >"${logs}/pause-import.log" 2>&1
 ts "imported ${pause_image}"
 
-wait_for "kube-apiserver ready" kubectl_as admin get --raw /readyz
+wait_for "kube-apiserver ready" admin get --raw /readyz
 
 start kube-controller-manager kube-controller-manager \
 	--kubeconfig "${state}/kube-controller-manager.kubeconfig" \
@@ -133,7 +135,8 @@ start kube-controller-manager kube-controller-manager \
 	--use-service-account-credentials \
 	--service-account-private-key-file "${pki}/service-account.key" --root-ca-file "${pki}/ca.crt" \
 	--cluster-signing-cert-file "${pki}/ca.crt" --cluster-signing-key-file "${pki}/ca.key" \
-	--service-cluster-ip-range "${service_cidr}" --profiling=false
+	--service-cluster-ip-range "${service_cidr}" --profiling=false \
+	--flex-volume-plugin-dir "${data}/volume-plugins"
 start kube-scheduler kube-scheduler \
 	--kubeconfig "${state}/kube-scheduler.kubeconfig" \
 	--authentication-kubeconfig "${state}/kube-scheduler.kubeconfig" \
