@@ -56,7 +56,7 @@ func record(what string, d time.Duration, note string) {
 	defer timings.Unlock()
 	row := fmt.Sprintf("| %s | %.1f s | %s |", what, d.Seconds(), note)
 	timings.rows = append(timings.rows, row)
-	AddReportEntry(what, d.Round(time.Millisecond).String(), note)
+	AddReportEntry(what, fmt.Sprintf("%v (%s)", d.Round(time.Millisecond), note))
 }
 
 var _ = AfterSuite(func() {

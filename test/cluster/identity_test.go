@@ -90,6 +90,8 @@ func identitySpecs() {
 		// The operator prunes the reports of pods that are gone; with no manager pod at
 		// all, only the garbage collector can remove this one.
 		scaleManagers(ctx, 0)
+		// Back to one replica whatever happens here, for the specs after this one.
+		DeferCleanup(func(ctx SpecContext) { scaleManagers(ctx, 1) })
 		Eventually(func(g Gomega) {
 			var list corev1.PodList
 			g.Expect(k8s.List(ctx, &list, client.InNamespace(operatorNamespace), managerLabels)).To(Succeed())
@@ -113,8 +115,10 @@ func identitySpecs() {
 		Expect(list.Items).To(BeEmpty(), "a manager pod ran while the report went")
 		record("pod deleted → its report deleted by the GC", gone, "pod gone after "+podGone.Round(100*time.Millisecond).String()+" (5 s grace period)")
 
+		up := time.Now()
 		scaleManagers(ctx, 1)
 		waitManagers(ctx, 1, *image, 3*time.Minute)
+		record("operator scaled 0 → 1 → manager Ready", time.Since(up), "")
 	}, SpecTimeout(8*time.Minute))
 }
 

@@ -63,7 +63,7 @@ step "running the suite in the cluster's network namespace"
 rc=0
 # shellcheck disable=SC2086 # CLUSTER_TEST_FLAGS is a list of flags
 hack/cluster.sh exec -- "${out}/cluster.test" -test.v -test.timeout 60m \
-	-ginkgo.label-filter '!host' -ginkgo.v -ginkgo.timeout 50m \
+	-ginkgo.label-filter '!host' -ginkgo.v -ginkgo.no-color -ginkgo.timeout 50m \
 	-root "${root}" -image "${img}" -rebuilt-image "${rebuilt}" -example-image "${example}" \
 	-timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" \
 	${CLUSTER_TEST_FLAGS:-} || rc=$?
@@ -74,7 +74,7 @@ if ((owned)); then
 	trap - EXIT
 	hack/cluster.sh down
 	step "comparing the host with the snapshot from before the cluster started"
-	"${out}/cluster.test" -test.v -ginkgo.label-filter host -host-baseline "${baseline}" -cluster-state "${state}" || rc=$?
+	"${out}/cluster.test" -test.v -ginkgo.no-color -ginkgo.label-filter host -host-baseline "${baseline}" -cluster-state "${state}" || rc=$?
 elif [[ -n ${CI:-} ]]; then
 	echo "test-cluster: a cluster was running before the suite, so the host could not be checked after it" >&2
 	rc=1
