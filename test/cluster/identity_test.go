@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -119,10 +120,25 @@ func identitySpecs() {
 		scaleManagers(ctx, 1)
 		waitManagers(ctx, 1, *image, 3*time.Minute)
 		record("operator scaled 0 → 1 → manager Ready", time.Since(up), "")
+		waitWebhooks(ctx)
+		record("operator scaled 0 → 1 → webhooks answer through the Service", time.Since(up), "Ready, then the EndpointSlice and kube-proxy's rules")
 	}, SpecTimeout(8*time.Minute))
 }
 
 func ptrInt64(n int64) *int64 { return &n }
+
+// waitWebhooks waits until the API server reaches the CircuitBreaker webhooks through
+// their Service: a pod that is Ready is not in the Service's endpoints, and kube-proxy's
+// rules, at the same instant, and a write meanwhile is refused (the webhook fails closed).
+// A server-side dry run goes through every admission webhook and stores nothing.
+func waitWebhooks(ctx context.Context) {
+	GinkgoHelper()
+	Eventually(func() error {
+		cb := &resiliencev1alpha1.CircuitBreaker{}
+		cb.Namespace, cb.Name = exampleNamespace, exampleBreaker
+		return k8s.Patch(ctx, cb, client.RawPatch(types.MergePatchType, []byte(`{}`)), client.DryRunAll)
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).Should(Succeed(), "the webhooks do not answer through their Service")
+}
 
 // scaleManagers is `kubectl scale deployment fusebox-controller-manager --replicas=n`.
 func scaleManagers(ctx context.Context, n int32) {

@@ -28,6 +28,7 @@ func propagationSpecs() {
 		apiPods, volumePods := pods(ctx, exampleNamespace, appLabels(apiApp)), pods(ctx, exampleNamespace, appLabels(volumeApp))
 		Expect(apiPods).NotTo(BeEmpty())
 		Expect(volumePods).NotTo(BeEmpty())
+		waitWebhooks(ctx)
 		cb := exampleBreakerNow(ctx)
 		Expect(cb.Spec.MinimumThroughput).NotTo(BeNil())
 		patch := client.MergeFrom(cb.DeepCopy())
