@@ -17,6 +17,7 @@
 # State (certificates, etcd, containerd, the kubelet, logs) is in bin/cluster, or
 # $FUSEBOX_CLUSTER_DIR; binaries are cached in ~/.local/share/fusebox-cluster.
 set -euo pipefail
+# shellcheck source=cluster/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cluster/env.sh"
 
 kubeconfig="${state}/kubeconfig"
@@ -130,6 +131,10 @@ cmd_up() {
 	build_pause
 	ts "binaries and pause image ready"
 
+	# From here on a failure, or Ctrl-C, takes the cluster down again.
+	# shellcheck disable=SC2154 # rc is assigned in the trap
+	trap 'rc=$?; trap - EXIT; if ((rc)); then ts "up failed (logs: ${state}/logs)"; cmd_down >&2; fi; exit ${rc}' EXIT
+	trap 'exit 130' INT TERM
 	mkdir -p "${state}/data/tmp" "${state}/logs"
 	rm -f "${state}"/logs/*.log
 	host_sysctls >"${state}/host-sysctls"
@@ -139,17 +144,14 @@ cmd_up() {
 	source "${cluster_hack}/config.sh"
 	ts "certificates and configuration written"
 
-	# From here on a failure, or Ctrl-C, takes the cluster down again.
-	trap 'rc=$?; trap - EXIT; if ((rc)); then ts "up failed (logs: ${state}/logs)"; cmd_down >&2; fi; exit ${rc}' EXIT
-	trap 'exit 130' INT TERM
 	ts "starting the node's namespaces"
 	# setsid: the cluster outlives this command and its terminal. --fork: node.sh is
 	# PID 1 of the new PID namespace, whose end kills every process in it.
 	setsid unshare --pid --fork --mount-proc --mount --propagation private --net \
 		"${cluster_hack}/node.sh" "${state}" >"${state}/logs/node.log" 2>&1 </dev/null &
-	local unshare_pid=$! i
+	local unshare_pid=$!
 	echo "${unshare_pid}" >"${state}/unshare.pid"
-	for i in $(seq 100); do
+	for _ in $(seq 100); do
 		read -r pid _ 2>/dev/null <"/proc/${unshare_pid}/task/${unshare_pid}/children" || true
 		[[ -z ${pid} ]] || break
 		sleep 0.05
@@ -159,8 +161,8 @@ cmd_up() {
 	# For status: a process left in one of these after down is a leak.
 	readlink "/proc/${pid}/ns/pid" "/proc/${pid}/ns/net" "/proc/${pid}/ns/mnt" >"${state}/namespaces"
 
-	local last=""
-	for i in $(seq 900); do
+	local last="" deadline=$((SECONDS + 180))
+	while ((SECONDS < deadline)); do
 		node_pid >/dev/null || die "the node stopped while starting:
 $(tail -5 "${state}/logs/node.log")"
 		if [[ -f ${state}/logs/node.log ]]; then
@@ -176,7 +178,8 @@ $(tail -5 "${state}/logs/node.log")"
 	ts "node ${node_name} Ready"
 	# What a pod's creation needs besides the node: the namespace's ServiceAccount and
 	# the API server's CA that the kubelet projects into every pod.
-	for i in $(seq 300); do
+	deadline=$((SECONDS + 60))
+	while ((SECONDS < deadline)); do
 		in_cluster kubectl -n default get serviceaccount/default configmap/kube-root-ca.crt >/dev/null 2>&1 && break
 		sleep 0.2
 	done
@@ -188,11 +191,11 @@ $(tail -5 "${state}/logs/node.log")"
 }
 
 cmd_down() {
-	local pid i
+	local pid
 	if pid="$(node_pid)"; then
 		ts "stopping the node (pid ${pid})"
 		kill -TERM "${pid}" 2>/dev/null || true
-		for i in $(seq 150); do
+		for _ in $(seq 150); do
 			kill -0 "${pid}" 2>/dev/null || break
 			sleep 0.1
 		done
@@ -201,7 +204,7 @@ cmd_down() {
 	fi
 	if [[ -f ${state}/unshare.pid ]]; then
 		pid="$(cat "${state}/unshare.pid")"
-		for i in $(seq 100); do
+		for _ in $(seq 100); do
 			[[ "$(cat "/proc/${pid}/comm" 2>/dev/null)" == unshare ]] || break
 			sleep 0.1
 		done
@@ -213,7 +216,7 @@ cmd_down() {
 		find "${dir}" -depth -type d -exec rmdir {} + 2>/dev/null || true
 	done
 	# A process of the namespace still exiting can write as this runs: try again.
-	for i in 1 2 3 4 5; do
+	for _ in 1 2 3 4 5; do
 		rm -rf "${state}/data" "${state}/pki" "${state}/conf" "${state}"/*.kubeconfig "${kubeconfig}" \
 			"${pidfile}" "${state}/unshare.pid" 2>/dev/null && break
 		sleep 0.5
@@ -282,6 +285,7 @@ load)
 	[[ $# -eq 2 && -f $2 ]] || die "usage: hack/cluster.sh load FILE.tar (one file)"
 	pid="$(node_pid)" || die "the cluster is not running (hack/cluster.sh up)"
 	file="$(realpath "$2")" # nsenter --mount starts in /
+	# shellcheck source=/dev/null # written by up
 	source "${state}/conf/node.env"
 	# Inside the mount namespace: containerd's socket is in its private /run.
 	nsenter --target "${pid}" --mount -- "${bin}/ctr" --address /run/containerd/containerd.sock \

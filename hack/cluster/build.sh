@@ -14,6 +14,7 @@
 # the packages to compile are done, so a cold build (tens of minutes on two cores) is
 # never silent.
 set -euo pipefail
+# shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 export CGO_ENABLED=0
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# shellcheck shell=bash disable=SC2154 # the variables are env.sh's and hack/cluster.sh's
 # config.sh: writes the configuration of one run of the cluster into STATE/conf
 # (sourced by hack/cluster.sh up, with env.sh's variables set and ${bin} the binaries).
 conf="${state}/conf"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables are for the scripts that source this
 # Sourced by hack/cluster.sh and hack/cluster/*.sh: the versions, the cache of built
 # binaries and the state directory of the single-node cluster (docs/cluster.md).
 

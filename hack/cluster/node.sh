@@ -5,6 +5,7 @@
 # On SIGTERM it stops them and exits; the kernel then kills whatever is left in the
 # PID namespace (pods, shims), and the mount namespace, with every mount below, goes
 # away with its last process. So nothing it does outlives it on the host.
+# shellcheck disable=SC2154 # bin, node_ip and the rest come from node.env
 set -euo pipefail
 state=$1
 # shellcheck source=/dev/null # written by hack/cluster.sh up

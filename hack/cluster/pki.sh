@@ -4,6 +4,7 @@
 # and a kubeconfig per client (DIR/<name>.kubeconfig; DIR/kubeconfig is the admin's).
 # ECDSA P-256 throughout: it takes milliseconds, where RSA keys take seconds.
 set -euo pipefail
+# shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 dir=$1
 pki="${dir}/pki"
