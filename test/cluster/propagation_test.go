@@ -57,14 +57,12 @@ func propagationSpecs() {
 		}).WithContext(ctx).WithTimeout(volumeSourceBound).WithPolling(50 * time.Millisecond).Should(Succeed())
 
 		slowest := func(ps []corev1.Pod) (time.Duration, string) {
-			var ds []string
-			var worst time.Duration
+			var ds []time.Duration
 			for _, p := range ps {
-				worst = max(worst, arrived[p.Name])
-				ds = append(ds, arrived[p.Name].Round(10*time.Millisecond).String())
+				ds = append(ds, arrived[p.Name].Round(10*time.Millisecond))
 			}
 			slices.Sort(ds)
-			return worst, fmt.Sprintf("%d pods: %v", len(ps), ds)
+			return ds[len(ds)-1], fmt.Sprintf("%d pods: %v", len(ps), ds)
 		}
 		apiWorst, apiNote := slowest(apiPods)
 		volumeWorst, volumeNote := slowest(volumePods)
