@@ -111,7 +111,11 @@ var watchedDirs = []struct {
 	{"/var/lib", 1}, {"/var/lib/kubelet", 3}, {"/var/lib/cni", 3}, {"/var/lib/containerd", 2}, {"/var/lib/etcd", 2},
 	{"/var/log", 1}, {"/var/log/pods", 2}, {"/var/log/containers", 2},
 	{"/run", 2}, {"/var/run/netns", 1}, {"/opt", 1}, {"/opt/cni", 3},
-	{"/root", 1}, {"/root/.kube", 4}, {"/root/.config", 1}, {"/dev/shm", 1},
+	{"/root", 1}, {"/root/.config", 1}, {"/dev/shm", 1},
+	// kubectl's cache: a directory per API server it talked to. Other engineers' envtest
+	// servers (127.0.0.1 and a port) come and go there; the node's address is this
+	// cluster's (hack/cluster/env.sh).
+	{"/root/.kube", 2}, {"/root/.kube/cache/discovery/198.51.100.10_6443", 0},
 }
 
 // listDir lists the paths under dir down to depth levels (dir itself when it exists).
