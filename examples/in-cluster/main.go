@@ -4,7 +4,10 @@
 // the resource changes, and the pod reports the breaker's state back onto it.
 //
 // It calls a local upstream of its own, which fails for 5 seconds of every 10, so that
-// `kubectl get cb -w` shows the circuit open and close. deploy/app.yaml runs it: a
+// `kubectl get cb -w` shows the circuit open and close. UPSTREAM_HEALTH (up, down, or
+// flapping, the default) says how the upstream starts; with CONTROL_ADDR set (":8080",
+// say), PUT /upstream with one of those words on that address changes it while the pod
+// runs, which is how the cluster tests (test/cluster) fail and heal it on command. deploy/app.yaml runs it: a
 // namespace, a ServiceAccount bound to the fusebox-breaker-client ClusterRole, the
 // Deployment with the environment kube.FromEnvironment reads, and the CircuitBreaker.
 //
@@ -23,6 +26,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -57,8 +62,16 @@ func run(ctx context.Context, out io.Writer, connect func(context.Context) (*bre
 		return err
 	}
 	b := breakers.Get(breakerName)
-	upstream := newUpstream()
+	upstream, err := newUpstream(os.Getenv("UPSTREAM_HEALTH"))
+	if err != nil {
+		return err
+	}
 	defer upstream.Close()
+	if addr := os.Getenv("CONTROL_ADDR"); addr != "" {
+		control := &http.Server{Addr: addr, Handler: upstream.control(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = control.ListenAndServe() }()
+		defer control.Close()
+	}
 	client := &http.Client{Transport: httpbreaker.NewTransport(b, nil), Timeout: time.Second}
 
 	var answered, failed, notSent int
@@ -99,14 +112,26 @@ func run(ctx context.Context, out io.Writer, connect func(context.Context) (*bre
 	}
 }
 
-// upstream is a local service that answers 503 for 5 seconds of every 10.
+// upstream is a local service that answers 503 while it is down: always, never, or
+// for 5 seconds of every 10 (flapping).
 type upstream struct {
 	*httptest.Server
 	start time.Time
+
+	mu   sync.Mutex
+	mode string // guarded by mu: up, down or flapping
 }
 
-func newUpstream() *upstream {
+var upstreamModes = []string{"up", "down", "flapping"}
+
+func newUpstream(mode string) (*upstream, error) {
 	u := &upstream{start: time.Now()}
+	if mode == "" {
+		mode = "flapping"
+	}
+	if err := u.set(mode); err != nil {
+		return nil, fmt.Errorf("UPSTREAM_HEALTH: %w", err)
+	}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if !u.healthy() {
 			http.Error(w, "down for a while", http.StatusServiceUnavailable)
@@ -114,10 +139,48 @@ func newUpstream() *upstream {
 		}
 		fmt.Fprintln(w, "ok")
 	}))
-	return u
+	return u, nil
 }
 
-func (u *upstream) healthy() bool { return time.Since(u.start)%(10*time.Second) < 5*time.Second }
+func (u *upstream) set(mode string) error {
+	for _, m := range upstreamModes {
+		if m == mode {
+			u.mu.Lock()
+			u.mode = mode
+			u.mu.Unlock()
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is none of %s", mode, strings.Join(upstreamModes, ", "))
+}
+
+// control serves PUT /upstream (body: up, down or flapping) and GET /upstream.
+func (u *upstream) control() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /upstream", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 64))
+		if err := u.set(strings.TrimSpace(string(body))); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, u.health())
+	})
+	mux.HandleFunc("GET /upstream", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, u.health()) })
+	return mux
+}
+
+func (u *upstream) healthy() bool {
+	u.mu.Lock()
+	mode := u.mode
+	u.mu.Unlock()
+	switch mode {
+	case "up":
+		return true
+	case "down":
+		return false
+	}
+	return time.Since(u.start)%(10*time.Second) < 5*time.Second
+}
 
 func (u *upstream) health() string {
 	if u.healthy() {

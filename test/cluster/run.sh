@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# make test-cluster: the end-to-end suite (this directory) on a real single-node cluster.
+#
+#   1. build the suite's test binary and the three images on this machine (Go modules
+#      need the network, which the cluster's namespace does not have): the manager's
+#      (`make image`), a rebuild of it under another tag for `helm upgrade`, and the
+#      example's (`make image-example`);
+#   2. snapshot the host, `hack/cluster.sh up`, load the images;
+#   3. run the suite inside the cluster's network namespace (`hack/cluster.sh exec`);
+#   4. `hack/cluster.sh down`, also when a step fails, then compare the host with the
+#      snapshot (the spec labelled host).
+#
+# A cluster that is already running (`make cluster`) is used as it is and left running;
+# the host comparison is then skipped, since there is no snapshot from before it started
+# (and fails under CI, which never has one running).
+#
+# Environment: CLUSTER_TEST_FLAGS (extra flags for the suite, e.g. -ginkgo.focus=GC),
+# IMG and EXAMPLE_IMG (the images' names, as for make image / image-example).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "${root}"
+out="${root}/bin/cluster-e2e"
+mkdir -p "${out}"
+export GOWORK=off
+
+img="${IMG:-ghcr.io/fusebox-dev/fusebox:e2e}"
+rebuilt="${img%:*}:e2e-rebuilt"
+example="${EXAMPLE_IMG:-ghcr.io/fusebox-dev/fusebox-example:latest}"
+
+t0=$(date +%s)
+step() { echo "test-cluster [$(($(date +%s) - t0)) s] $*" >&2; }
+
+step "building the suite (test/cluster) and the images"
+(cd test/cluster && go test -c -o "${out}/cluster.test" .)
+make --no-print-directory image IMG="${img}" >&2
+# A real rebuild, not a second name for the same image: another version label, so
+# another digest, as a new release would have.
+(cd hack/image && go run . -root "${root}" -tag "${rebuilt}" -version e2e-rebuilt -platforms "linux/$(go env GOARCH)" \
+	-layout "${out}/image-rebuilt" -archive "${out}/image-rebuilt.tar") >&2
+rm -rf "${out}/image-rebuilt"
+make --no-print-directory image-example EXAMPLE_IMG="${example}" >&2
+
+owned=0
+baseline=""
+if hack/cluster.sh status 2>/dev/null | grep -q '^running'; then
+	step "a cluster is running already: using it, and leaving it running"
+else
+	baseline="${out}/host-before.json"
+	"${out}/cluster.test" -host-snapshot "${baseline}"
+	owned=1
+	trap 'step "stopping the cluster"; hack/cluster.sh down || true' EXIT
+	step "starting the cluster"
+	hack/cluster.sh up >/dev/null
+fi
+for tar in bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar; do
+	step "loading ${tar}"
+	hack/cluster.sh load "${tar}" >/dev/null
+done
+
+state="$(cd "${FUSEBOX_CLUSTER_DIR:-${root}/bin/cluster}" && pwd)"
+rm -f "${out}/timings.md"
+step "running the suite in the cluster's network namespace"
+rc=0
+# shellcheck disable=SC2086 # CLUSTER_TEST_FLAGS is a list of flags
+hack/cluster.sh exec -- "${out}/cluster.test" -test.v -test.timeout 60m \
+	-ginkgo.label-filter '!host' -ginkgo.v -ginkgo.no-color -ginkgo.timeout 50m \
+	-root "${root}" -image "${img}" -rebuilt-image "${rebuilt}" -example-image "${example}" \
+	-timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" \
+	${CLUSTER_TEST_FLAGS:-} || rc=$?
+[[ ! -f ${out}/timings.md ]] || cat "${out}/timings.md" >&2
+
+if ((owned)); then
+	step "stopping the cluster"
+	trap - EXIT
+	hack/cluster.sh down
+	step "comparing the host with the snapshot from before the cluster started"
+	"${out}/cluster.test" -test.v -ginkgo.no-color -ginkgo.label-filter host -host-baseline "${baseline}" -cluster-state "${state}" || rc=$?
+elif [[ -n ${CI:-} ]]; then
+	echo "test-cluster: a cluster was running before the suite, so the host could not be checked after it" >&2
+	rc=1
+fi
+step "done (exit ${rc})"
+exit "${rc}"
