@@ -13,8 +13,13 @@ import (
 )
 
 // verdictBreaker is the CircuitBreaker of the fleet incident: scope Fleet, quorum 0 (one
-// pod's earned Open opens the fleet).
-const verdictBreaker = "verdict"
+// pod's earned Open opens the fleet), open for verdictOpen: long enough that no pod's
+// open period ends before every pod is counted, which would make "all counted open"
+// unreachable.
+const (
+	verdictBreaker = "verdict"
+	verdictOpen    = 10 * time.Second
+)
 
 // incident is one fleet incident sample.
 type incident struct {
@@ -37,6 +42,7 @@ func (h *harness) fleetIncidents() []row {
 	n := int64(len(h.pods))
 	obj := breakerObject(verdictBreaker)
 	_ = unstructured.SetNestedField(obj.Object, "Fleet", "spec", "scope")
+	_ = unstructured.SetNestedField(obj.Object, verdictOpen.String(), "spec", "openTimeout")
 	if _, err := h.dc.Resource(circuitBreakersGVR).Namespace(namespace).Create(h.ctx, obj, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
@@ -199,11 +205,11 @@ func (h *harness) fleetIncident(c int) incident {
 	return out
 }
 
-// recoverFleet closes every pod again: after the open timeout (1 s), one successful
-// probe on each.
+// recoverFleet closes every pod again: after the open timeout, one successful probe on
+// each.
 func (h *harness) recoverFleet() {
 	n := int64(len(h.pods))
-	time.Sleep(time.Second + 50*time.Millisecond)
+	time.Sleep(verdictOpen + 50*time.Millisecond)
 	deadline := time.Now().Add(h.s.waitCap)
 	for _, p := range h.pods {
 		b := p.breaker(verdictBreaker)
