@@ -15,11 +15,12 @@ import (
 // verdictBreaker is the CircuitBreaker of the fleet incident: scope Fleet, quorum 0 (one
 // pod's earned Open opens the fleet), open for verdictOpen: long enough that no pod's
 // open period ends before every pod is counted, which would make "all counted open"
-// unreachable.
-const (
-	verdictBreaker = "verdict"
-	verdictOpen    = 10 * time.Second
-)
+// unreachable (at N=5,000 counting took over 10 s on a loaded 2-core machine).
+const verdictBreaker = "verdict"
+
+func (h *harness) verdictOpen() time.Duration {
+	return 10*time.Second + time.Duration(len(h.pods))*10*time.Millisecond
+}
 
 // incident is one fleet incident sample.
 type incident struct {
@@ -42,7 +43,7 @@ func (h *harness) fleetIncidents() []row {
 	n := int64(len(h.pods))
 	obj := breakerObject(verdictBreaker)
 	_ = unstructured.SetNestedField(obj.Object, "Fleet", "spec", "scope")
-	_ = unstructured.SetNestedField(obj.Object, verdictOpen.String(), "spec", "openTimeout")
+	_ = unstructured.SetNestedField(obj.Object, h.verdictOpen().String(), "spec", "openTimeout")
 	if _, err := h.dc.Resource(circuitBreakersGVR).Namespace(namespace).Create(h.ctx, obj, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func (h *harness) fleetIncident(c int) incident {
 // each.
 func (h *harness) recoverFleet() {
 	n := int64(len(h.pods))
-	time.Sleep(verdictOpen + 50*time.Millisecond)
+	time.Sleep(h.verdictOpen() + 50*time.Millisecond)
 	deadline := time.Now().Add(h.s.waitCap)
 	for _, p := range h.pods {
 		b := p.breaker(verdictBreaker)
