@@ -17,6 +17,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -98,6 +99,7 @@ webhook: {certMode: cert-manager}
 metrics: {secure: false}
 breakerClientRole: {enabled: false}
 admissionPolicy: {enabled: false}
+flowControl: {enabled: false}
 `), &v); err != nil {
 		panic(err)
 	}
@@ -219,6 +221,17 @@ func TestChartDefaultsDeployWhatConfigDefaultDeploys(t *testing.T) {
 	if !get(t, objs, "ClusterRole", breakerClientRole, nil) {
 		t.Error("no fusebox-breaker-client ClusterRole")
 	}
+	// Priority and fairness, on by default: the operator's schema names the
+	// service account of this release, in this release's namespace.
+	var schema flowcontrolv1.FlowSchema
+	if !get(t, objs, "FlowSchema", "fusebox-operator", &schema) || !get(t, objs, "PriorityLevelConfiguration", "fusebox-operator", nil) ||
+		!get(t, objs, "FlowSchema", "fusebox-breaker-reports", nil) || !get(t, objs, "PriorityLevelConfiguration", "fusebox-breaker-reports", nil) {
+		t.Error("flowControl.enabled by default: want the fusebox-operator and fusebox-breaker-reports FlowSchemas and priority levels")
+	}
+	if r := schema.Spec.Rules; schema.Namespace != "" || len(r) != 1 || len(r[0].Subjects) != 1 || r[0].Subjects[0].ServiceAccount == nil ||
+		*r[0].Subjects[0].ServiceAccount != (flowcontrolv1.ServiceAccountSubject{Namespace: ns, Name: "fusebox-controller-manager"}) {
+		t.Errorf("FlowSchema fusebox-operator: namespace %q, rules %+v; want the release's service account %s/fusebox-controller-manager", schema.Namespace, r, ns)
+	}
 
 	// CRDs: every one of config/crd/bases, from crds/.
 	bases, _ := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "bases", "*.yaml"))
@@ -295,6 +308,9 @@ func TestChartNonDefaultValues(t *testing.T) {
 	for _, u := range objs {
 		if isAdmissionPolicy(u) {
 			t.Errorf("admissionPolicy.enabled=false still renders %s %s", u.GetKind(), u.GetName())
+		}
+		if u.GroupVersionKind().Group == "flowcontrol.apiserver.k8s.io" {
+			t.Errorf("flowControl.enabled=false still renders %s %s", u.GetKind(), u.GetName())
 		}
 	}
 }

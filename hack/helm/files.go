@@ -31,6 +31,10 @@ func valuesYAML(v values) string {
 		resources = []byte("{}\n")
 	}
 	policies := "none in config/ yet"
+	flowControl := "none in config/ yet"
+	if len(v.flowControl) > 0 {
+		flowControl = strings.Join(v.flowControl, ", ")
+	}
 	if len(v.admissionPolicies) > 0 {
 		policies = strings.Join(v.admissionPolicies, ", ")
 	}
@@ -74,7 +78,14 @@ breakerClientRole:
 admissionPolicy:
   # The ValidatingAdmissionPolicies and bindings of config/ (%s).
   enabled: true
-`, v.repository, v.replicas, indent(string(resources), "  "), policies)
+
+flowControl:
+  # API priority and fairness (docs/rbac.md): the operator's own priority
+  # level, so it never queues behind a storm of pods' report writes, and a
+  # bounded level for those writes (%s).
+  # false: the API server's default FlowSchemas apply.
+  enabled: true
+`, v.repository, v.replicas, indent(string(resources), "  "), policies, flowControl)
 }
 
 func indent(s, prefix string) string {
@@ -118,6 +129,10 @@ const valuesSchema = `{
       "properties": {"enabled": {"type": "boolean"}}
     },
     "admissionPolicy": {
+      "type": "object",
+      "properties": {"enabled": {"type": "boolean"}}
+    },
+    "flowControl": {
       "type": "object",
       "properties": {"enabled": {"type": "boolean"}}
     }

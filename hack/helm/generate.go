@@ -269,6 +269,9 @@ func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
 			(strings.HasSuffix(kind(o), "AdmissionPolicy") || strings.HasSuffix(kind(o), "AdmissionPolicyBinding")):
 			body = gate(".Values.admissionPolicy.enabled", body)
 			defaults.admissionPolicies = append(defaults.admissionPolicies, key(o))
+		case isFlowControl(o):
+			body = gate(".Values.flowControl.enabled", body)
+			defaults.flowControl = append(defaults.flowControl, key(o))
 		}
 		file := "templates/" + strings.ToLower(kind(o)) + "-" + strings.TrimPrefix(name(o), "fusebox-") + ".yaml"
 		if _, dup := chart[file]; dup {
@@ -303,6 +306,12 @@ type values struct {
 	replicas          int64
 	resources         any
 	admissionPolicies []string
+	flowControl       []string
+}
+
+// isFlowControl: a FlowSchema or PriorityLevelConfiguration of config/flowcontrol.
+func isFlowControl(o object) bool {
+	return strings.HasPrefix(str(o, "apiVersion"), "flowcontrol.apiserver.k8s.io/")
 }
 
 // Placeholders stand where a value is not a string, so that the YAML
@@ -327,6 +336,11 @@ func template(src object, defaults *values) (string, error) {
 		return strings.ReplaceAll(s, deployedNamespace, "{{ .Release.Namespace }}")
 	}).(object)
 	meta, _ := o["metadata"].(map[string]any)
+	if isFlowControl(o) {
+		// Cluster-scoped, which kustomize's namespace transformer does not
+		// know of these kinds: the namespace it wrote means nothing.
+		delete(meta, "namespace")
+	}
 	labels, _ := meta["labels"].(map[string]any)
 	if labels == nil {
 		labels = map[string]any{}
@@ -378,7 +392,7 @@ func templateDeployment(o object, defaults *values) error {
 	}
 	replicas, _ := spec["replicas"].(float64)
 	if !defaults.found {
-		*defaults = values{found: true, repository: repo, tag: tag, replicas: int64(replicas), resources: c["resources"], admissionPolicies: defaults.admissionPolicies}
+		*defaults = values{found: true, repository: repo, tag: tag, replicas: int64(replicas), resources: c["resources"], admissionPolicies: defaults.admissionPolicies, flowControl: defaults.flowControl}
 	}
 	c["image"] = "{{ include `fusebox.image` . }}"
 	c["imagePullPolicy"] = "{{ .Values.image.pullPolicy }}"

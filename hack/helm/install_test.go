@@ -136,7 +136,7 @@ func checkInstalled(ctx context.Context, t *testing.T, cl client.Client, objs []
 		}
 	}
 	for _, k := range []string{"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-		"Deployment", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		"Deployment", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "FlowSchema", "PriorityLevelConfiguration"} {
 		if kinds[k] == 0 {
 			t.Errorf("the install holds no %s", k)
 		}

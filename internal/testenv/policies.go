@@ -20,11 +20,24 @@ import (
 // config/default installs them on a cluster. repoRoot is the path from the calling package
 // to the repository root.
 func InstallPolicies(cfg *rest.Config, repoRoot string) error {
+	return applyDir(cfg, filepath.Join(repoRoot, "config", "policy"))
+}
+
+// InstallFlowControl applies the FlowSchemas and priority levels of config/flowcontrol
+// (the operator's own priority level, a bounded one for pods' reports), server-side, as
+// config/default installs them, but without the fusebox- prefix kustomize adds to names.
+// Their subjects already name the operator's service account as deployed:
+// fusebox-system/fusebox-controller-manager.
+func InstallFlowControl(cfg *rest.Config, repoRoot string) error {
+	return applyDir(cfg, filepath.Join(repoRoot, "config", "flowcontrol"))
+}
+
+func applyDir(cfg *rest.Config, dir string) error {
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		return err
 	}
-	objs, err := ReadManifests(filepath.Join(repoRoot, "config", "policy"))
+	objs, err := ReadManifests(dir)
 	if err != nil {
 		return err
 	}

@@ -44,11 +44,27 @@ func TestFleet(t *testing.T) {
 	defer func() { h.report(rows) }()
 
 	rows = append(rows, h.startFleet()...)
-	rows = append(rows, h.steadyState())
-	rows = append(rows, h.specChanges())
-	rows = append(rows, h.tripCycles()...)
-	rows = append(rows, h.manyBreakers()...)
-	rows = append(rows, h.bystanders()...)
+	if s.runs("steady") {
+		rows = append(rows, h.steadyState())
+	}
+	if s.runs("spec") {
+		rows = append(rows, h.specChanges())
+	}
+	if s.runs("trip") {
+		rows = append(rows, h.tripCycles()...)
+	}
+	if s.runs("incident") {
+		rows = append(rows, h.fleetIncidents()...)
+	}
+	if s.runs("many") {
+		rows = append(rows, h.manyBreakers()...)
+	}
+	if s.runs("bystanders") {
+		rows = append(rows, h.bystanders()...)
+	}
+	if s.runs("restart") && s.restartBreakers > 0 {
+		rows = append(rows, h.restartAtScale()...)
+	}
 }
 
 // startFleet creates the pods and the breaker, then starts every agent at
@@ -482,11 +498,12 @@ func (h *harness) report(rows []row) {
 	fmt.Fprintf(&b, "- commit: %s\n", commit)
 	fmt.Fprintf(&b, "- run: %s, %s; %d CPUs (GOMAXPROCS %d), %s\n", h.started.UTC().Format(time.RFC3339), fmtDur(time.Since(h.started)), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintf(&b, "- load: at start `%s`; at end `%s`\n", h.startUptime, uptime())
-	fmt.Fprintf(&b, "- command: `make bench-fleet FLEET_PODS=%d FLEET_CYCLES=%d FLEET_SPEC_SAMPLES=%d FLEET_BREAKERS=%d FLEET_WAIT_CAP=%s FLEET_SETTLE_CAP=%s FLEET_STEADY=%s FLEET_CLUSTER_PODS=%d`\n",
-		h.s.pods, h.s.cycles, h.s.specSamples, h.s.breakers, h.s.waitCap, h.s.settleCap, h.s.steady, h.s.clusterPods)
+	fmt.Fprintf(&b, "- command: `make bench-fleet FLEET_PODS=%d FLEET_CYCLES=%d FLEET_SPEC_SAMPLES=%d FLEET_BREAKERS=%d FLEET_WAIT_CAP=%s FLEET_SETTLE_CAP=%s FLEET_STEADY=%s FLEET_CLUSTER_PODS=%d FLEET_RESTART_BREAKERS=%d FLEET_RESTART_NAMESPACES=%d%s`\n",
+		h.s.pods, h.s.cycles, h.s.specSamples, h.s.breakers, h.s.waitCap, h.s.settleCap, h.s.steady, h.s.clusterPods, h.s.restartBreakers, h.s.restartNamespaces, scenarios(h.s))
 	if h.mgr != nil {
 		fmt.Fprintf(&b, "- operator: the manager binary as a separate process, `%s`\n", strings.Join(h.mgr.args, " "))
 	}
+	fmt.Fprintf(&b, "- identities: pods as service account %s of %s with their pod-bound extras, the operator as %s/%s (config/rbac), config/flowcontrol and config/policy applied\n", appServiceAccount, namespace, operatorNamespace, operatorAccount)
 	fmt.Fprintf(&b, "- writes counted from watch events (ADDED/MODIFIED/DELETED) in the namespace: %s\n", kinds)
 	fmt.Fprintf(&b, "- pods' own API writes (client side, whole run): %d, of which %d failed\n\n", h.podWrites.Load(), h.podWriteErrors.Load())
 	b.WriteString("| scenario | target | measured | meets | notes |\n| --- | --- | --- | --- | --- |\n")

@@ -47,6 +47,7 @@ const (
 // pod is one in-process application pod: a Pod object and an agent.
 type pod struct {
 	name  string
+	uid   types.UID
 	agent *kube.Agent
 }
 
@@ -61,8 +62,11 @@ type harness struct {
 	cs      kubernetes.Interface
 	hc      *http.Client
 	mgr     *manager
-	tr      *tracker
-	kinds   []string // kinds whose writes are counted
+	// What restarts the manager: its binary, kubeconfig (as the operator) and log.
+	managerBin, operatorKubeconfig, managerLog string
+	apiPID                                     int // the API server's process, once found
+	tr                                         *tracker
+	kinds                                      []string // kinds whose writes are counted
 
 	ctx    context.Context // the harness's watches and samplers
 	cancel context.CancelFunc
@@ -130,12 +134,23 @@ func newHarness(t testing.TB, s settings) *harness {
 	if logPath == "" {
 		logPath = filepath.Join(tmp, "manager.log")
 	}
-	if h.mgr, err = startManager(bin, cluster.Kubeconfig, logPath); err != nil {
+	if err := h.installIdentities(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	asOperator := filepath.Join(tmp, "operator.kubeconfig")
+	if err := operatorKubeconfig(cluster.Kubeconfig, asOperator); err != nil {
+		t.Fatal(err)
+	}
+	h.operatorKubeconfig, h.managerBin, h.managerLog = asOperator, bin, logPath
+	if h.mgr, err = startManager(bin, asOperator, logPath); err != nil {
 		t.Fatal(err)
 	}
 	logf("manager running: %s %s (log: %s)", bin, strings.Join(h.mgr.args, " "), logPath)
 
 	if _, err := h.cs.CoreV1().Namespaces().Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.bindApp(h.ctx, namespace); err != nil {
 		t.Fatal(err)
 	}
 
@@ -318,8 +333,16 @@ func (h *harness) createPods(n int) {
 	if err != nil {
 		h.t.Fatalf("create pods: %v", err)
 	}
+	list, err := h.cs.CoreV1().Pods(namespace).List(h.ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatalf("list pods: %v", err)
+	}
+	uids := map[string]types.UID{}
+	for _, p := range list.Items {
+		uids[p.Name] = p.UID
+	}
 	for _, name := range names {
-		h.pods = append(h.pods, &pod{name: name})
+		h.pods = append(h.pods, &pod{name: name, uid: uids[name]})
 	}
 }
 
@@ -379,12 +402,14 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // the agent's idle connections when it stops.
 func (c countingTransport) WrappedRoundTripper() http.RoundTripper { return c.next }
 
-// agentConfig is one pod's rest.Config: its own copy, at client-go's default
-// rate limits as rest.InClusterConfig gives a real pod (5 QPS, burst 10), and
-// with its own connections: a Proxy func keeps client-go from sharing one
-// cached transport between the agents, as separate processes would not.
-func (h *harness) agentConfig() *rest.Config {
+// agentConfig is one pod's rest.Config: its own copy, under the pod's own
+// identity (identity_test.go), at client-go's default rate limits as
+// rest.InClusterConfig gives a real pod (5 QPS, burst 10), and with its own
+// connections: a Proxy func keeps client-go from sharing one cached transport
+// between the agents, as separate processes would not.
+func (h *harness) agentConfig(p *pod) *rest.Config {
 	c := rest.CopyConfig(h.cluster.Config)
+	c.Impersonate = podIdentity(namespace, p.name, p.uid)
 	c.QPS, c.Burst = 0, 0
 	c.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, h: h} })
@@ -396,9 +421,10 @@ func (h *harness) startAgents(breakers ...string) {
 	quiet := slog.New(slog.DiscardHandler)
 	for _, p := range h.pods {
 		a, err := kube.StartAgent(h.agentCtx, kube.Options{
-			Config:    h.agentConfig(),
+			Config:    h.agentConfig(p),
 			Namespace: namespace,
 			Pod:       p.name,
+			PodUID:    string(p.uid),
 			Logger:    quiet,
 		})
 		if err != nil {

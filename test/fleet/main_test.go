@@ -26,14 +26,21 @@
 //	FLEET_SETTLE_CAP    cap of every wait for quiet between steps (default FLEET_WAIT_CAP)
 //	FLEET_STEADY        length of the steady-state window (default 30s)
 //	FLEET_CLUSTER_PODS  pods that use no breaker, created last, to weigh the operator's pod cache (default 0: not run)
+//	FLEET_RESTART_BREAKERS    CircuitBreakers for the restart scenario (default 0: not run)
+//	FLEET_RESTART_NAMESPACES  namespaces they are spread over (default 100)
+//	FLEET_SCENARIOS     which scenarios run, comma-separated, in this order (default all):
+//	                    start,steady,spec,trip,incident,many,bystanders,restart; start always runs
 //	FLEET_MANAGER       manager binary (default: go build ./cmd/manager into a temp dir)
 //	FLEET_MANAGER_LOG   file for the manager's log (default: a temp file, removed)
 //	FLEET_OUT           file to write the markdown table to
 package fleet
 
 import (
+	"maps"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -41,32 +48,41 @@ import (
 type settings struct {
 	pods, breakers, cycles, specSamples int
 	clusterPods                         int
+	restartBreakers, restartNamespaces  int
+	scenarios                           map[string]bool // nil: all
 	waitCap, settleCap, steady          time.Duration
 	manager, managerLog, out            string
 }
 
 func loadSettings() (settings, error) {
 	s := settings{
-		pods:        500,
-		breakers:    10,
-		cycles:      5,
-		specSamples: 5,
-		waitCap:     5 * time.Minute,
-		steady:      30 * time.Second,
-		manager:     os.Getenv("FLEET_MANAGER"),
-		managerLog:  os.Getenv("FLEET_MANAGER_LOG"),
-		out:         os.Getenv("FLEET_OUT"),
+		pods:              500,
+		breakers:          10,
+		cycles:            5,
+		specSamples:       5,
+		restartNamespaces: 100,
+		waitCap:           5 * time.Minute,
+		steady:            30 * time.Second,
+		manager:           os.Getenv("FLEET_MANAGER"),
+		managerLog:        os.Getenv("FLEET_MANAGER_LOG"),
+		out:               os.Getenv("FLEET_OUT"),
 	}
 	for _, v := range []struct {
 		env string
 		dst *int
-	}{{"FLEET_PODS", &s.pods}, {"FLEET_BREAKERS", &s.breakers}, {"FLEET_CYCLES", &s.cycles}, {"FLEET_SPEC_SAMPLES", &s.specSamples}, {"FLEET_CLUSTER_PODS", &s.clusterPods}} {
+	}{{"FLEET_PODS", &s.pods}, {"FLEET_BREAKERS", &s.breakers}, {"FLEET_CYCLES", &s.cycles}, {"FLEET_SPEC_SAMPLES", &s.specSamples}, {"FLEET_CLUSTER_PODS", &s.clusterPods}, {"FLEET_RESTART_BREAKERS", &s.restartBreakers}, {"FLEET_RESTART_NAMESPACES", &s.restartNamespaces}} {
 		if e := os.Getenv(v.env); e != "" {
 			n, err := strconv.Atoi(e)
-			if err != nil || n < 0 || n == 0 && v.env != "FLEET_CLUSTER_PODS" {
+			if err != nil || n < 0 || n == 0 && v.env != "FLEET_CLUSTER_PODS" && v.env != "FLEET_RESTART_BREAKERS" {
 				return s, errorf("%s=%q: want a positive integer", v.env, e)
 			}
 			*v.dst = n
+		}
+	}
+	if e := os.Getenv("FLEET_SCENARIOS"); e != "" {
+		s.scenarios = map[string]bool{"start": true}
+		for _, name := range strings.Split(e, ",") {
+			s.scenarios[strings.TrimSpace(name)] = true
 		}
 	}
 	s.settleCap = s.waitCap
@@ -86,4 +102,15 @@ func loadSettings() (settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// runs reports whether scenario is to run.
+func (s settings) runs(scenario string) bool { return s.scenarios == nil || s.scenarios[scenario] }
+
+func scenarios(s settings) string {
+	if s.scenarios == nil {
+		return ""
+	}
+	names := slices.Sorted(maps.Keys(s.scenarios))
+	return " FLEET_SCENARIOS=" + strings.Join(names, ",")
 }

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -26,5 +28,32 @@ controller_runtime_reconcile_total{controller="x",result="success"} 99
 	}
 	if _, err := parseMetrics(strings.NewReader("up 1\n")); err == nil {
 		t.Error("no heap metric: want an error")
+	}
+}
+
+// TestParseFlowWaits: the flow-control wait histogram, by priority level, as deltas,
+// and the bucket bound that holds a quantile.
+func TestParseFlowWaits(t *testing.T) {
+	const name = "apiserver_flowcontrol_request_wait_duration_seconds"
+	sample := func(level, le string, v int) string {
+		return name + `_bucket{execute="true",flow_schema="x",le="` + le + `",priority_level="` + level + `"} ` + strconv.Itoa(v) + "\n"
+	}
+	before := parseFlowWaits([]byte(sample("operator", "0.005", 10) + sample("operator", "0.05", 10) + sample("operator", "+Inf", 10) +
+		name + `_sum{execute="true",flow_schema="x",priority_level="operator"} 0.01` + "\n" +
+		name + `_count{execute="true",flow_schema="x",priority_level="operator"} 10` + "\n"))
+	after := parseFlowWaits([]byte(sample("operator", "0.005", 108) + sample("operator", "0.05", 110) + sample("operator", "+Inf", 110) +
+		name + `_sum{execute="true",flow_schema="x",priority_level="operator"} 0.21` + "\n" +
+		name + `_count{execute="true",flow_schema="x",priority_level="operator"} 110` + "\n" +
+		sample("breaker-reports", "1", 0) + sample("breaker-reports", "+Inf", 0)))
+	d := after.minus(before)
+	w := d["operator"]
+	if len(d) != 1 || w == nil || w.count != 100 || math.Abs(w.sum-0.2) > 1e-9 {
+		t.Fatalf("delta %v", d)
+	}
+	if q := w.quantile(0.5); q != 0.005 {
+		t.Errorf("p50 bound %v, want 0.005", q)
+	}
+	if q := w.quantile(0.99); q != 0.05 {
+		t.Errorf("p99 bound %v, want 0.05 (2 of 100 above 5 ms)", q)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -37,6 +38,10 @@ type reporter struct {
 	written []member          // guarded by mu: the report the API server holds, by name
 	names   []string          // guarded by mu: the names of written, in order
 	synced  bool              // guarded by mu: written is what the API server holds
+	// hold is the deferral of unearned changes (earned.go); holdFor, when set, draws
+	// each hold's length. Unset, unearned changes go at once.
+	hold    holdState // guarded by mu
+	holdFor func() time.Duration
 
 	writes, failures, rejected atomic.Int64
 	lastErr                    atomic.Pointer[string]
@@ -54,6 +59,7 @@ func newReporter(dc dynamic.Interface, cs kubernetes.Interface, namespace, pod s
 		log:       log,
 		wake:      make(chan struct{}, 1),
 		entries:   map[string]*entry{},
+		holdFor:   unearnedDelay,
 	}
 }
 
@@ -74,7 +80,8 @@ func (r *reporter) flush() {
 }
 
 // pending returns the report to write, in name order, and false when the API server
-// already holds it, or when nothing was ever written and there is nothing to write.
+// already holds it, when nothing was ever written and there is nothing to write, or when
+// every change is unearned and its hold has not ended (earned.go).
 func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	r.refreshGroups()
 	r.mu.Lock()
@@ -91,9 +98,13 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	}
 	if !r.synced {
 		// Nothing written yet: a pod that reports no breaker has no report to write.
-		return names, ms, len(names) > 0
+		dirty = len(names) > 0
+	} else {
+		dirty = !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
 	}
-	dirty = !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
+	if dirty && r.held(names, ms) {
+		return names, ms, false
+	}
 	return names, ms, dirty
 }
 
@@ -102,4 +113,5 @@ func (r *reporter) markWritten(names []string, ms []member) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.names, r.written, r.synced = names, ms, true
+	r.hold.end()
 }
