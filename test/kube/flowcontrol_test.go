@@ -55,9 +55,9 @@ func (c *classification) last() (types.UID, types.UID) {
 	return c.flowSchema, c.priorityLevel
 }
 
-// clientAs returns a client impersonating user and what the API server made of its last
+// classifiedClientAs returns a client impersonating user and what the API server made of its last
 // request.
-func clientAs(t *testing.T, user rest.ImpersonationConfig) (client.Client, *classification) {
+func classifiedClientAs(t *testing.T, user rest.ImpersonationConfig) (client.Client, *classification) {
 	t.Helper()
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = user
@@ -100,7 +100,7 @@ func TestFlowControlFilesReportsApartFromTheOperator(t *testing.T) {
 	must(t, k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}))
 	bindBreakerClientRole(t, ns, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "app"})
 	uid := createPod(t, ns, "pod-a")
-	pod, seenPod := clientAs(t, rest.ImpersonationConfig{
+	pod, seenPod := classifiedClientAs(t, rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + ns + ":app",
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 		Extra: map[string][]string{
@@ -154,7 +154,7 @@ func TestFlowControlFilesReportsApartFromTheOperator(t *testing.T) {
 		_ = k8sClient.Delete(context.Background(), binding)
 		_ = k8sClient.Delete(context.Background(), &role)
 	})
-	op, seenOp := clientAs(t, rest.ImpersonationConfig{
+	op, seenOp := classifiedClientAs(t, rest.ImpersonationConfig{
 		UserName: operator,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:fusebox-system", "system:authenticated"},
 	})
