@@ -172,7 +172,7 @@ var _ = Describe("What one pod's reports cannot do to the fleet", func() {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "keys"))).To(Succeed())
 		group := func(state resiliencev1alpha1.State, reason string, open int32) resiliencev1alpha1.BreakerReportEntry {
 			e := line("keys", state, reason, time.Now())
-			e.Keys = &resiliencev1alpha1.KeySummary{Keys: 3, Open: open}
+			e.Keys = &resiliencev1alpha1.KeySummary{Keys: open, Open: open}
 			return e
 		}
 		rogue := asPod(ctx, ns, "rogue")
@@ -181,7 +181,7 @@ var _ = Describe("What one pod's reports cannot do to the fleet", func() {
 		if apierrors.IsInvalid(err) {
 			// The schema bounds the count (api/v1alpha1): the attack is refused before the
 			// operator sees it. The operator's sums must hold all the same.
-			largest = 1 << 20
+			largest = resiliencev1alpha1.MaxGroupKeys
 			err = writeOwn(ctx, rogue, ownReport(ctx, ns, "rogue", group(resiliencev1alpha1.StateClosed, started, largest)))
 		}
 		Expect(err).NotTo(HaveOccurred())

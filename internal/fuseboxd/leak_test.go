@@ -87,9 +87,15 @@ func TestTenThousandLeakedPermits(t *testing.T) {
 
 	d.clock.Advance(fuseboxd.MaxLease)
 	d.waitFor("every lease to lapse", func() bool { return d.srv.Outstanding() == 0 })
-	if grown := int64(heap()) - int64(before); grown > 256<<10 {
-		t.Errorf("heap still %d bytes over the start once every permit lapsed", grown)
-	}
+	// The 16 kept-alive connections hold about 16 KiB of buffers each, client and server
+	// side: close them, so that what remains is what the permits left behind.
+	d.client.CloseIdleConnections()
+	var grown int64
+	d.waitFor("the heap to come back within 256 KiB of the start once every permit lapsed", func() bool {
+		grown = int64(heap()) - int64(before)
+		return grown <= 256<<10
+	})
+	t.Logf("heap %d bytes over the start once every permit lapsed", grown)
 	d.call("payments", "success")
 	if got := d.describe("payments"); got.State != "closed" || got.Counts["calls"] != 1 {
 		t.Fatalf("after the leaked permits lapsed: %+v, want closed with the one settled call", got)
