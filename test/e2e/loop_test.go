@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
@@ -23,17 +24,7 @@ const wait = 10 * time.Second
 // eventually polls cond until it returns nil or the deadline passes.
 func eventually(t testing.TB, within time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, within, what, cond)
 }
 
 // newBreaker creates a CircuitBreaker with short times, so a test can see an

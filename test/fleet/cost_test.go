@@ -1,10 +1,8 @@
 package fleet
 
 import (
-	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -131,28 +129,11 @@ func (a flowWaits) String() string {
 
 // flowWaits reads the API server's /metrics.
 func (h *harness) flowWaits() flowWaits {
-	ctx, cancel := context.WithTimeout(h.ctx, 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(h.cfg.Host, "/")+"/metrics", nil)
-	if err != nil {
+	body := h.apiServerMetrics()
+	if body == nil {
 		return nil
 	}
-	resp, err := h.hc.Do(req)
-	if err != nil {
-		logf("API server metrics: %v", err)
-		return nil
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return parseFlowWaits([]byte(b.String()))
+	return parseFlowWaits(body)
 }
 
 // clockTicks is the unit of /proc/<pid>/stat's CPU times.

@@ -2,9 +2,7 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -181,64 +179,6 @@ func newHarness(t testing.TB, s settings) *harness {
 	return h
 }
 
-// guardMemory stops the run, the API server first, when the machine runs low
-// on memory: at N=500 on a design where every pod writes one object, the
-// envtest API server grew past 23 GB (docs/benchmarks.md), and the machine is
-// shared.
-func (h *harness) guardMemory() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-t.C:
-		}
-		avail, total, ok := meminfo()
-		if !ok || avail >= max(2<<30, total/10) {
-			continue
-		}
-		reason := fmt.Sprintf("the machine has %s of %s memory available", mib(float64(avail)), mib(float64(total)))
-		logf("ABORTING: %s; stopping the agents, the manager and the API server", reason)
-		h.abortMu.Lock()
-		h.aborted = reason
-		h.abortMu.Unlock()
-		h.close()
-		return
-	}
-}
-
-func (h *harness) abortReason() string {
-	h.abortMu.Lock()
-	defer h.abortMu.Unlock()
-	return h.aborted
-}
-
-// meminfo returns MemAvailable and MemTotal from /proc/meminfo, in bytes.
-func meminfo() (avail, total uint64, ok bool) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		var kb uint64
-		if _, err := fmt.Sscan(f[1], &kb); err != nil {
-			continue
-		}
-		switch f[0] {
-		case "MemAvailable:":
-			avail = kb << 10
-		case "MemTotal:":
-			total = kb << 10
-		}
-	}
-	return avail, total, avail > 0 && total > 0
-}
-
 // served reports whether discovery lists resource in groupVersion.
 func (h *harness) served(groupVersion, resource string) bool {
 	list, err := h.cs.Discovery().ServerResourcesForGroupVersion(groupVersion)
@@ -280,40 +220,6 @@ func (h *harness) stopAll() {
 			logf("stop control plane: %v", err)
 		}
 	}
-}
-
-// sampleHeap reads the manager's heap every second, keeping the peaks.
-func (h *harness) sampleHeap() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-t.C:
-		}
-		m, err := h.mgr.scrape(h.ctx)
-		h.heapMu.Lock()
-		if err != nil {
-			h.heapErr = err
-		} else {
-			h.heapPeak = max(h.heapPeak, m.heapInuse)
-			h.phasePeak = max(h.phasePeak, m.heapInuse)
-		}
-		h.heapMu.Unlock()
-	}
-}
-
-func (h *harness) resetPhasePeak() {
-	h.heapMu.Lock()
-	defer h.heapMu.Unlock()
-	h.phasePeak = 0
-}
-
-func (h *harness) peaks() (run, phase float64) {
-	h.heapMu.Lock()
-	defer h.heapMu.Unlock()
-	return h.heapPeak, h.phasePeak
 }
 
 // createPods creates the fleet's Pod objects. envtest runs no scheduler and no
@@ -488,72 +394,6 @@ func (h *harness) waitPublished(names []string, deadline time.Time) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// objectSize GETs the CircuitBreaker as JSON, managedFields included, and
-// returns its size and the size of its managedFields alone.
-func (h *harness) objectSize(name string) (total, managed, managers int, err error) {
-	u := strings.TrimRight(h.cfg.Host, "/") + fmt.Sprintf("/apis/%s/namespaces/%s/%s/%s",
-		circuitBreakersGVR.GroupVersion().String(), namespace, circuitBreakersGVR.Resource, name)
-	ctx, cancel := context.WithTimeout(h.ctx, 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := h.hc.Do(req)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, 0, fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
-	var obj struct {
-		Metadata struct {
-			ManagedFields []json.RawMessage `json:"managedFields"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(body, &obj); err != nil {
-		return 0, 0, 0, err
-	}
-	mf, _ := json.Marshal(obj.Metadata.ManagedFields)
-	return len(body), len(mf), len(obj.Metadata.ManagedFields), nil
-}
-
-// apiWrites reads the API server's own /metrics: the writes to the counted
-// kinds so far, with their server-side latency.
-func (h *harness) apiWrites() apiWrites {
-	resources := map[string]bool{circuitBreakersGVR.Resource: true, configMapsGVR.Resource: true}
-	if slices.Contains(h.kinds, kindBreakerReport) {
-		resources[breakerReportsGVR.Resource] = true
-	}
-	ctx, cancel := context.WithTimeout(h.ctx, 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(h.cfg.Host, "/")+"/metrics", nil)
-	if err != nil {
-		return nil
-	}
-	resp, err := h.hc.Do(req)
-	if err != nil {
-		logf("API server metrics: %v", err)
-		return nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		logf("API server metrics: %s", resp.Status)
-		return nil
-	}
-	w, err := parseAPIWrites(resp.Body, resources)
-	if err != nil {
-		logf("API server metrics: %v", err)
-	}
-	return w
 }
 
 // settle waits until no counted write has been seen, and no pod has had a

@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +28,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
@@ -175,17 +174,7 @@ func reportOf(ns, pod string) (*resiliencev1alpha1.BreakerReport, map[string]res
 // breakers run on fake clocks).
 func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, "condition", f)
 }
 
 // instance is one in-process "pod": an agent with its own pod name and API connection.
@@ -290,22 +279,8 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is written by a running agent's logger while the test reads it.
+type syncBuffer = testutil.SyncBuffer
 
 // countingTransport counts mutating requests on their way to the API server.
 type countingTransport struct {
