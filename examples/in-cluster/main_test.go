@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -20,15 +19,11 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
-	"github.com/fusebox-dev/fusebox/internal/controller"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
 	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
@@ -231,19 +226,10 @@ func downwardValue(t *testing.T, pod *corev1.Pod, e corev1.EnvVar) string {
 // the status.
 func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *runtime.Scheme) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   cache.Options{ByObject: controller.CacheByObject()},
-	})
+	stop, err := testutil.StartOperator(ctx, cfg, scheme)
 	must(t, err)
-	must(t, controller.NewReconciler(mgr, controller.NewMetrics(prometheus.NewRegistry())).SetupWithManager(mgr))
-	ctx, cancel := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	})

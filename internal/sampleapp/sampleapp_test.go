@@ -3,6 +3,7 @@ package sampleapp_test
 import (
 	"context"
 	"fmt"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"slices"
 	"strings"
 	"sync"
@@ -10,19 +11,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
-	"github.com/fusebox-dev/fusebox/internal/controller"
 	"github.com/fusebox-dev/fusebox/internal/localcluster"
 	"github.com/fusebox-dev/fusebox/internal/sampleapp"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
@@ -177,19 +173,10 @@ func TestSampleWorkload(t *testing.T) {
 // startOperator runs the operator's reconciler against cfg until ctx is done.
 func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *runtime.Scheme) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   cache.Options{ByObject: controller.CacheByObject()},
-	})
+	stop, err := testutil.StartOperator(ctx, cfg, scheme)
 	must(t, err)
-	must(t, controller.NewReconciler(mgr, controller.NewMetrics(prometheus.NewRegistry())).SetupWithManager(mgr))
-	ctx, cancel := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	})

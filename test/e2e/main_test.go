@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"log/slog"
 	"net/http"
 	"os"
@@ -14,19 +15,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/controller"
@@ -93,30 +90,15 @@ func run(m *testing.M) int {
 			})
 		}
 	}
-	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   cache.Options{ByObject: controller.CacheByObject()},
-	})
+	stop, err := testutil.StartOperator(context.Background(), mgrCfg, scheme)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := controller.NewReconciler(mgr, controller.NewMetrics(prometheus.NewRegistry())).SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
 	code := m.Run()
-	cancel()
-	<-stopped
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+	}
 	return code
 }
 
