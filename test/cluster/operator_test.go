@@ -129,26 +129,34 @@ func installSpecs() {
 	It("refuses `kubectl apply` of a bad CircuitBreaker with the webhook's message", func(ctx SpecContext) {
 		needKubectl()
 		ensureNamespace(ctx, suiteNamespace)
-		// Within the schema's bounds (1s to 1h), so only the webhook can say no: a window
-		// must be a whole number of milliseconds.
+		// The schema and its CEL rules refuse on their own what they can judge (a window
+		// that is not whole milliseconds, say), so a refusal that only the webhook can give
+		// needs a rule relative to now: an override whose until has already passed.
 		bad := `apiVersion: resilience.fusebox.dev/v1alpha1
 kind: CircuitBreaker
 metadata:
-  name: not-whole-milliseconds
+  name: override-in-the-past
   namespace: ` + suiteNamespace + `
 spec:
-  window: 2000500us
+  override:
+    mode: ForcedOpen
+    until: "2020-01-01T00:00:00Z"
+    reason: "INC-1: an override that ended before it began"
 `
 		out, err := kubectl(ctx, bad, "apply", "-f", "-")
 		Expect(err).To(HaveOccurred(), "kubectl apply accepted the bad CircuitBreaker:\n%s", out)
 		// The webhook answers with the API's own Invalid status, which kubectl prints as it
 		// would a schema error; the rule and its words are the webhook's alone.
-		Expect(out).To(ContainSubstring(`spec.window: Invalid value: "2.0005s": must be a whole number of milliseconds`))
-		err = k8s.Get(ctx, client.ObjectKey{Namespace: suiteNamespace, Name: "not-whole-milliseconds"}, &resiliencev1alpha1.CircuitBreaker{})
+		Expect(out).To(ContainSubstring(`spec.override.until: Invalid value: "2020-01-01T00:00:00Z": must be in the future`))
+		err = k8s.Get(ctx, client.ObjectKey{Namespace: suiteNamespace, Name: "override-in-the-past"}, &resiliencev1alpha1.CircuitBreaker{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused CircuitBreaker was stored: %v", err)
 
-		// The same object with a whole window is accepted, and defaulted.
-		out, err = kubectl(ctx, strings.Replace(bad, "2000500us", "2s", 1), "apply", "-f", "-")
+		// The same object with an until an hour ahead is accepted, and defaulted.
+		until := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		out, err = kubectl(ctx, strings.Replace(bad, "2020-01-01T00:00:00Z", until, 1), "apply", "-f", "-")
+		Expect(err).NotTo(HaveOccurred(), out)
+		// It holds no circuit that later specs use, but it is let go at once all the same.
+		out, err = kubectl(ctx, "", "-n", suiteNamespace, "delete", "circuitbreaker", "override-in-the-past")
 		Expect(err).NotTo(HaveOccurred(), out)
 	}, SpecTimeout(2*time.Minute))
 
