@@ -28,7 +28,10 @@ type period struct {
 	// MaxInt64 if never (ForcedOpen), which makes a forced-open circuit refuse on the same
 	// test as an open one.
 	halfOpenAt int64
-	reject     error // for admitOpenUntil
+	// openFor is the open period's length while open, which RetryAfter never exceeds:
+	// halfOpenAt less a coarse reading of now can, by the coarse clock's lag.
+	openFor int64
+	reject  error // for admitOpenUntil
 	// slow is SlowCallDuration in nanoseconds, 0 when calls are not timed; exact says
 	// they are timed on the exact clock rather than the coarse one (callTime).
 	slow  int64
@@ -54,6 +57,7 @@ func (b *Breaker) publish() {
 	observed := len(b.callObs) > 0
 	if b.state == Open && b.policy.Mode != ModeForcedOpen {
 		p.halfOpenAt = b.openUntil()
+		p.openFor = int64(b.openFor)
 	}
 	if d := b.policy.SlowCallDuration; d > 0 {
 		p.slow = int64(d)

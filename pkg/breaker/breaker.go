@@ -256,5 +256,9 @@ func (b *Breaker) RetryAfter() (d time.Duration, ok bool) {
 	if p.state != Open || p.halfOpenAt == math.MaxInt64 {
 		return 0, false
 	}
-	return time.Duration(max(p.halfOpenAt-b.now(), 0)), true
+	d = time.Duration(max(p.halfOpenAt-b.now(), 0))
+	if p.openFor > 0 {
+		d = min(d, time.Duration(p.openFor))
+	}
+	return d, true
 }
