@@ -127,7 +127,7 @@ var _ = Describe("What one pod's reports cannot do to the fleet", func() {
 		forged.ManagedFields = append(forged.ManagedFields, metav1.ManagedFieldsEntry{
 			Manager: "kube-apiserver", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: resiliencev1alpha1.GroupVersion.String(),
 			Time: ptr.To(metav1.NewTime(century)), FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)},
+			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{}}}`),
 		})
 		Expect(rogue.Update(ctx, forged)).To(Succeed())
 		var stored resiliencev1alpha1.BreakerReport

@@ -3,7 +3,6 @@ package sampleapp_test
 import (
 	"context"
 	"fmt"
-	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/fusebox-dev/fusebox/internal/localcluster"
 	"github.com/fusebox-dev/fusebox/internal/sampleapp"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 // TestSampleWorkload is what `make run` shows a newcomer, on a real API server with the

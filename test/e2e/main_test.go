@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,6 +27,7 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/controller"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
