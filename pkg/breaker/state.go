@@ -79,9 +79,7 @@ func (b *Breaker) guardSlow(c Counts) {
 	bk := b.bucket.Load()
 	guard := b.policy.SlowCallDuration > 0 && b.policy.Mode != ModeForcedClosed && b.state == Closed && c.Slow > 0 &&
 		(c.Calls < int64(b.policy.MinimumThroughput) || float64(c.Slow)/float64(c.Calls) >= b.policy.SlowCallRatio)
-	if bk.guard.Load() != guard {
-		bk.guard.Store(guard)
-	}
+	bk.guard(guard)
 }
 
 func b2i(v bool) int64 {

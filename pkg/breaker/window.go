@@ -21,10 +21,11 @@ type liveBucket struct {
 	gen        uint64 // the state period the bucket belongs to
 	idx        int64  // floor(start / window)
 	start, end int64  // on the monotonic timeline (clock.go), [start, end)
-	// guard, set under mu, sends successes to the lock: one could open the circuit on
-	// slow calls (guardSlow).
-	guard atomic.Bool
-	_     [64]byte
+	// fastEnd is end while successes may be counted lock-free, and MinInt64 while they
+	// must take the lock because one could open the circuit on slow calls (guardSlow): the
+	// lock-free path's one time test then sends them there.
+	fastEnd atomic.Int64
+	_       [64]byte
 	// The count of calls is striped over cache lines, so that goroutines on different cores
 	// do not take turns owning one line: under RunParallel on two cores one shared counter
 	// cost about twice as much per add as eight stripes.
@@ -45,6 +46,20 @@ type stripe struct {
 // live.
 func (bk *liveBucket) addFast() bool {
 	return bk.stripes[stripeHint()].calls.Add(1)&sealed == 0
+}
+
+// guarded reports whether successes must take the lock (guardSlow).
+func (bk *liveBucket) guarded() bool { return bk.fastEnd.Load() == math.MinInt64 }
+
+// guard sends successes to the lock, or lets them count lock-free again. Caller holds mu.
+func (bk *liveBucket) guard(on bool) {
+	if on != bk.guarded() {
+		end := bk.end
+		if on {
+			end = math.MinInt64
+		}
+		bk.fastEnd.Store(end)
+	}
 }
 
 // stripeHint tells goroutines apart cheaply: each runs on its own stack, so the address of
@@ -128,6 +143,7 @@ func (b *Breaker) installBucket(idx, calls int64) {
 	bk := &liveBucket{gen: b.gen, idx: idx}
 	bk.start = mulSat(idx, w)
 	bk.end = addSat(bk.start, w)
+	bk.fastEnd.Store(bk.end)
 	bk.stripes[0].calls.Store(calls)
 	b.bucket.Store(bk)
 }
