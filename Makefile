@@ -147,7 +147,8 @@ endif
 
 .PHONY: demo
 demo: build envtest ## Run the scripted end-to-end demo on a local control plane; it ends by itself (README: how long).
-	go run ./hack/demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
+	go build -o $(LOCALBIN)/fusebox-demo ./hack/demo
+	$(LOCALBIN)/fusebox-demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
 .PHONY: cluster
 cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.

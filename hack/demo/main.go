@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,7 +54,13 @@ func say(format string, args ...any) {
 }
 
 func main() {
-	if err := run(); err != nil {
+	err := run()
+	if errors.Is(err, context.Canceled) {
+		// Ctrl-C: everything was stopped on the way out, as asked.
+		say("interrupted; control plane and manager stopped")
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
