@@ -37,3 +37,34 @@ var (
 	// throttling rejected.
 	ErrThrottled = errors.New("breaker: call throttled")
 )
+
+// SetFleet tells the breaker what the operator last published about its fleet. It costs the
+// call path nothing; pkg/breaker/kube calls it on every config it applies, and tests or other
+// sources may call it directly.
+func (b *Breaker) SetFleet(f Fleet) {
+	f.Pods = max(f.Pods, 0)
+	f.Requests, f.Accepts = max(f.Requests, 0), max(f.Accepts, 0)
+	b.fleet.Store(&f)
+}
+
+// Fleet returns what SetFleet last stored, and whether anything was.
+func (b *Breaker) Fleet() (Fleet, bool) {
+	if f := b.fleet.Load(); f != nil {
+		return *f, true
+	}
+	return Fleet{}, false
+}
+
+// Traffic returns what the breaker's window holds for the fleet (see [Traffic]). While the
+// circuit is open or half-open it is zero: the window is the closed state's.
+func (b *Breaker) Traffic() Traffic {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != Closed {
+		return Traffic{}
+	}
+	b.roll(now)
+	c := b.windowCounts()
+	return Traffic{Requests: c.Calls, Accepts: c.Calls - c.Failures}
+}
