@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -15,13 +16,14 @@ import (
 //
 // Traffic changes with every call, and a report write costs the API server and wakes the
 // operator, so a change of traffic alone is bounded twice:
-//   - in time: it goes out at most once per window of the pod's shortest traffic window,
-//     jittered up to a quarter window later so that a fleet started together does not
-//     write together;
-//   - in size: only when it moved materially (trafficMoved): requests by at least 10 %,
-//     or the accepted, retried or throttled share of requests by at least 2 points, or
-//     from none to some or back. Smaller moves change no decision a pod makes from the
-//     fleet's figures.
+//   - in time: at most once per window (the shortest window among the pod's breakers that
+//     report traffic), jittered up to a quarter window later so that a fleet started
+//     together does not write together;
+//   - in size: only when it moved materially (trafficMoved): requests by at least 10 % of
+//     what was last written, or the accepted, retried or throttled share of requests by
+//     at least 2 points, or from none to some or back. Smaller moves change no decision
+//     a pod makes from the fleet's figures by more than the noise of a window.
+//
 // A write for any other cause (an earned state, a new config generation, a held
 // unearned change whose hold ended) carries the latest traffic, and restarts the wait.
 
@@ -51,8 +53,9 @@ func trafficMoved(was, now traffic) bool {
 	if was.requests == 0 || now.requests == 0 {
 		return was.requests != now.requests
 	}
-	big, small := max(was.requests, now.requests), min(was.requests, now.requests)
-	if float64(big-small) >= trafficVolumeMove*float64(big) {
+	// In float64, whose rounding must not decide a move of exactly the threshold.
+	const slack = 1e-9
+	if math.Abs(float64(now.requests-was.requests)) >= trafficVolumeMove*float64(was.requests)-slack {
 		return true
 	}
 	share := func(n, of int64) float64 { return float64(n) / float64(of) }
@@ -61,7 +64,7 @@ func trafficMoved(was, now traffic) bool {
 		share(now.retries, now.requests) - share(was.retries, was.requests),
 		share(now.throttled, now.requests) - share(was.throttled, was.requests),
 	} {
-		if d >= trafficShareMove || d <= -trafficShareMove {
+		if math.Abs(d) >= trafficShareMove-slack {
 			return true
 		}
 	}
