@@ -59,7 +59,9 @@ func TestAgentHandsTheFleetToItsBreakers(t *testing.T) {
 		"search.json":   renderFleet(t, "search", 1, q, breakerconfig.Fleet{Pods: 200, Requests: 900, Accepts: 300}),
 	})
 	eventually(t, propagation, func() error { return fleetIs(payments, breaker.Fleet{Pods: 200, Requests: 4000, Accepts: 3900}) })
-	eventually(t, propagation, func() error { return fleetIs(in.reg.Get("search"), breaker.Fleet{Pods: 200, Requests: 900, Accepts: 300}) })
+	eventually(t, propagation, func() error {
+		return fleetIs(in.reg.Get("search"), breaker.Fleet{Pods: 200, Requests: 900, Accepts: 300})
+	})
 }
 
 // trafficIs checks an entry's traffic.
