@@ -49,19 +49,16 @@ func TestAgentHandsTheFleetToItsBreakers(t *testing.T) {
 	in := startInstance(t, ns, "pod-a", instanceOptions{breakers: []string{"payments"}, passUID: true})
 	payments := in.reg.Get("payments")
 	eventually(t, propagation, func() error { return fleetIs(payments, breaker.Fleet{Pods: 20, Requests: 400, Accepts: 380}) })
-	if err := fleetIs(in.reg.Get("search"), breaker.Fleet{Pods: 20, Requests: 90, Accepts: 30}); err != nil {
-		// Created after the config: the registry announces it, and the agent catches up.
-		eventually(t, propagation, func() error { return fleetIs(in.reg.Get("search"), breaker.Fleet{Pods: 20, Requests: 90, Accepts: 30}) })
-	}
+	// Created after the config: the registry announces it, and the agent catches up.
+	search := in.reg.Get("search")
+	eventually(t, propagation, func() error { return fleetIs(search, breaker.Fleet{Pods: 20, Requests: 90, Accepts: 30}) })
 
 	writeConfigMap(t, ns, map[string]string{
 		"payments.json": renderFleet(t, "payments", 1, p, breakerconfig.Fleet{Pods: 200, Requests: 4000, Accepts: 3900}),
 		"search.json":   renderFleet(t, "search", 1, q, breakerconfig.Fleet{Pods: 200, Requests: 900, Accepts: 300}),
 	})
 	eventually(t, propagation, func() error { return fleetIs(payments, breaker.Fleet{Pods: 200, Requests: 4000, Accepts: 3900}) })
-	eventually(t, propagation, func() error {
-		return fleetIs(in.reg.Get("search"), breaker.Fleet{Pods: 200, Requests: 900, Accepts: 300})
-	})
+	eventually(t, propagation, func() error { return fleetIs(search, breaker.Fleet{Pods: 200, Requests: 900, Accepts: 300}) })
 }
 
 // trafficIs checks an entry's traffic.
