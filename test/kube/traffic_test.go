@@ -107,7 +107,18 @@ func TestAgentWritesTrafficAtMostOncePerWindow(t *testing.T) {
 	if limit := int64(elapsed/p.Window) + 1; writes > limit || writes < 1 {
 		t.Errorf("%d writes of traffic in %s, want 1 to %d", writes, elapsed, limit)
 	}
-	eventually(t, propagation, func() error { return memberIs(ns, "payments", in.pod, trafficIs(calls, calls)) })
+	// The report settles within the threshold of the last count: a last move smaller
+	// than 10 % is not worth a write of its own.
+	var written int64
+	eventually(t, propagation, func() error {
+		return memberIs(ns, "payments", in.pod, func(e resiliencev1alpha1.BreakerReportEntry) error {
+			if e.Requests == nil || *e.Requests < calls*92/100 {
+				return fmt.Errorf("requests %v, want at least 92%% of %d", e.Requests, calls)
+			}
+			written = *e.Requests
+			return nil
+		})
+	})
 	idle(t, in.agent)
 
 	settled := in.agent.Stats().Writes
@@ -116,7 +127,7 @@ func TestAgentWritesTrafficAtMostOncePerWindow(t *testing.T) {
 	}
 	time.Sleep(3 * p.Window)
 	if n := in.agent.Stats().Writes - settled; n != 0 {
-		t.Errorf("one call more than %d (below the 10 %% threshold) wrote the report %d times", calls, n)
+		t.Errorf("%d calls where the report says %d (less than 10 %% apart) wrote the report %d times", calls+1, written, n)
 	}
 }
 
