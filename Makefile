@@ -44,7 +44,7 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from the Go markers.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/...;./internal/...;./pkg/webhook/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:allowDangerousTypes=true webhook paths="./api/...;./internal/...;./pkg/webhook/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: generate
 generate: controller-gen ## Generate the DeepCopy methods of the API types.

@@ -84,6 +84,35 @@ type BreakerReportEntry struct {
 	// +kubebuilder:validation:XValidation:rule="self.halfOpen <= 400000",message="must be at most 400000: no pod holds that many keys, and the operator sums this over pods",fieldPath=".halfOpen"
 	Keys *KeySummary `json:"keys,omitempty"`
 
+	// requests is the calls the pod's closed circuit was asked to run over its
+	// window, admitted or throttled, retries included; written, with accepts,
+	// retries and throttled, only for a breaker with retryBudget or throttle.
+	// The pod writes its traffic at most once a window unless its state
+	// changes; the operator sums it over the fleet. Each of the four is at
+	// most 10^12 (MaxTrafficCount), so the sums over 5,000 pods stay exact.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000000
+	Requests *int64 `json:"requests,omitempty"`
+
+	// accepts is the calls of the window that succeeded.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000000
+	Accepts *int64 `json:"accepts,omitempty"`
+
+	// retries is the second or later attempts of a call among requests.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000000
+	Retries *int64 `json:"retries,omitempty"`
+
+	// throttled is the calls of the window adaptive throttling rejected.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000000
+	Throttled *int64 `json:"throttled,omitempty"`
+
 	// configGeneration is the generation of the configuration the pod runs.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

@@ -21,6 +21,7 @@ func TestReportEntryIsTheAPIType(t *testing.T) {
 		Name: "payments-api", State: breakerconfig.StateOpen, Since: breakerconfig.NewTime(since),
 		Reason: breakerconfig.ReasonProbeFailed, Calls: &calls, FailureRatePercent: &rate,
 		ConfigGeneration: 3, ConfigError: "openTimeout: must be positive",
+		Requests: ptr(int64(900)), Accepts: ptr(int64(400)), Retries: ptr(int64(80)), Throttled: ptr(int64(100)),
 	}
 	raw, err := json.Marshal(full)
 	if err != nil {
@@ -58,3 +59,5 @@ func TestReportEntryIsTheAPIType(t *testing.T) {
 		t.Errorf("round trip through the API type:\n got %+v\nwant %+v", again, full)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

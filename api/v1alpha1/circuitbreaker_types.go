@@ -49,6 +49,9 @@ const (
 	DefaultHalfOpenPermittedCalls = 1
 	DefaultFleetQuorumPercent     = 0
 	DefaultSlowCallRatePercent    = 100
+	DefaultRetryBudgetPercent     = 20
+	DefaultRetryMinPerSecond      = 10
+	DefaultThrottleK              = 2.0
 )
 
 // CircuitBreakerSpec declares how a breaker judges a dependency.
@@ -183,6 +186,23 @@ type CircuitBreakerSpec struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || int(duration(self)) % 1000000 == 0`,message="must be a whole number of milliseconds"
 	MaxOpenTimeout *metav1.Duration `json:"maxOpenTimeout,omitempty"`
 
+	// retryBudget, when set, bounds the retries the pods make through this
+	// breaker, for the whole fleet at once: over the window, each pod retries
+	// at most percent% of its first attempts plus its share of minPerSecond,
+	// which the operator divides among the reporting pods, so the floor does
+	// not grow with the replica count. Unset (the default): retries are not
+	// budgeted.
+	// +optional
+	RetryBudget *RetryBudget `json:"retryBudget,omitempty"`
+
+	// throttle, when set, makes a closed circuit reject calls locally, before
+	// they run, with probability max(0, (requests - k × accepts) / (requests +
+	// 1)) over the window (client-side adaptive throttling); a pod with fewer
+	// than minimumThroughput requests uses the fleet's requests and accepts,
+	// which the operator publishes. Unset (the default): no throttling.
+	// +optional
+	Throttle *Throttle `json:"throttle,omitempty"`
+
 	// override holds the circuit open or closed until a given time, then hands
 	// it back to mode, so a hold set during an incident cannot outlive it.
 	// Who set it is recorded in the annotation fusebox.dev/overridden-by.
@@ -214,212 +234,6 @@ type Override struct {
 // MaxOverrideDuration is how far ahead an override's until may be.
 const MaxOverrideDuration = 7 * 24 * time.Hour
 
-// State is a circuit's state, as pods report it and as the fleet sees it.
-// +kubebuilder:validation:Enum=Closed;Open;HalfOpen
-type State string
-
-const (
-	// StateClosed means calls run and are counted.
-	StateClosed State = breakerconfig.StateClosed
-	// StateOpen means calls are short-circuited until the open timeout passes.
-	StateOpen State = breakerconfig.StateOpen
-	// StateHalfOpen means a few probe calls test whether the dependency is back.
-	StateHalfOpen State = breakerconfig.StateHalfOpen
-)
-
-// MemberStatus is one pod's line about this breaker, as the operator read it
-// from the pod's BreakerReport.
-type MemberStatus struct {
-	// pod is the name of the reporting pod.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	Pod string `json:"pod"`
-
-	// state is the pod's circuit state.
-	// +required
-	State State `json:"state"`
-
-	// since is when the pod's circuit reached its state.
-	// +required
-	Since metav1.Time `json:"since"`
-
-	// reason is how the pod's circuit reached its state: Started, Tripped,
-	// Manual, ProbeFailed, ProbesSucceeded, TimedOut, Adopted or Forced.
-	// +optional
-	// +kubebuilder:validation:MaxLength=64
-	Reason string `json:"reason,omitempty"`
-
-	// failureRatePercent is the failure rate of the pod's window, in percent,
-	// at the transition into state.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100
-	FailureRatePercent *int32 `json:"failureRatePercent,omitempty"`
-
-	// calls is how many calls the pod's window held at the transition.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	Calls *int64 `json:"calls,omitempty"`
-
-	// slowCallRatePercent is the slow-call rate of the window, in percent, at
-	// the transition; set when the breaker judges slow calls.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100
-	SlowCallRatePercent *int32 `json:"slowCallRatePercent,omitempty"`
-
-	// trigger says what opened the circuit, for reasons Tripped and
-	// ProbeFailed: FailureRate, SlowCallRate, FailedProbe or SlowProbe.
-	// +optional
-	// +kubebuilder:validation:Enum=FailureRate;SlowCallRate;FailedProbe;SlowProbe
-	Trigger string `json:"trigger,omitempty"`
-
-	// consecutiveOpens is how many open periods in a row the circuit has had,
-	// counting the current one, with no close in between (maxOpenTimeout backs
-	// them off). 0 when closed.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
-
-	// openTimeout is the length of the current open period (while half-open,
-	// of the last one), backed off by maxOpenTimeout.
-	// +optional
-	// +kubebuilder:validation:Type=string
-	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
-
-	// keys summarises the per-key breakers of a breaker Group, for a Group.
-	// +optional
-	Keys *KeySummary `json:"keys,omitempty"`
-
-	// configGeneration is the generation of the configuration the pod runs.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	ConfigGeneration int64 `json:"configGeneration,omitempty"`
-
-	// configError says why the pod refused the latest published configuration;
-	// it keeps running its last good one. Empty when it runs the latest.
-	// +optional
-	// +kubebuilder:validation:MaxLength=1024
-	ConfigError string `json:"configError,omitempty"`
-}
-
-// MaxGroupKeys bounds each count of the KeySummary a pod reports (a rule of
-// BreakerReport's keys, not of the type: the CircuitBreaker's status.keys holds
-// the sums, which may go higher). A Group keeps
-// DefaultMaxKeys (1024) breakers unless told otherwise, and each costs memory,
-// so no real pod holds this many; and the operator's sums of open and
-// half-open keys over the pods of a fleet stay inside int32 up to 5,000 pods
-// at this bound (5,000 × 400,000 = 2·10⁹ < 2³¹−1 ≈ 2.1·10⁹).
-const MaxGroupKeys = breakerconfig.MaxKeyCount
-
-// KeySummary is what a breaker Group holds: one breaker per key (a host, a
-// route, a tenant) under the CircuitBreaker's policy. A pod reports the Group
-// as a whole, not one line per key.
-type KeySummary struct {
-	// keys is how many per-key breakers the Group holds.
-	// +kubebuilder:validation:Minimum=0
-	Keys int32 `json:"keys"`
-
-	// open is how many of them are open.
-	// +kubebuilder:validation:Minimum=0
-	Open int32 `json:"open"`
-
-	// halfOpen is how many of them are probing.
-	// +kubebuilder:validation:Minimum=0
-	HalfOpen int32 `json:"halfOpen"`
-
-	// worst names at most 5 keys that are not closed, open first.
-	// +optional
-	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=5
-	// +kubebuilder:validation:items:MaxLength=253
-	Worst []string `json:"worst,omitempty"`
-}
-
-// MaxMembersListed is how many pods status.members lists.
-const MaxMembersListed = 20
-
-// MemberCounts summarizes the reporting pods.
-type MemberCounts struct {
-	// reporting is how many running pods report this breaker. Pods that
-	// finished (phase Succeeded or Failed) count for nothing.
-	Reporting int32 `json:"reporting"`
-	// closed is how many reporting pods have the circuit closed.
-	Closed int32 `json:"closed"`
-	// open is how many reporting pods have the circuit open.
-	Open int32 `json:"open"`
-	// halfOpen is how many reporting pods are probing.
-	HalfOpen int32 `json:"halfOpen"`
-	// onLatestConfig is how many reporting pods run the configuration of
-	// observedGeneration.
-	OnLatestConfig int32 `json:"onLatestConfig"`
-}
-
-// CircuitBreakerStatus is what the operator and the pods observed of a breaker.
-type CircuitBreakerStatus struct {
-	// observedGeneration is the metadata.generation this status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
-	// configMapName is the ConfigMap, in this namespace, where the breaker's
-	// configuration is published under the key <name>.json.
-	// +optional
-	ConfigMapName string `json:"configMapName,omitempty"`
-
-	// state is the breaker's state across its pods: the most severe state any
-	// pod reports (Open, then HalfOpen, then Closed); with scope Fleet, the
-	// fleet's shared verdict. Empty until a pod reports.
-	// +optional
-	State State `json:"state,omitempty"`
-
-	// memberCounts counts every reporting pod by state.
-	// +optional
-	MemberCounts *MemberCounts `json:"memberCounts,omitempty"`
-
-	// consecutiveOpens is how many open periods in a row the breaker has had
-	// with no close in between: with scope Fleet, the fleet verdict's; with
-	// scope Pod, the most any pod reports. 0 when closed.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
-
-	// openTimeout is the length of the current open period, backed off by
-	// maxOpenTimeout: the fleet verdict's, or with scope Pod the longest any
-	// pod reports.
-	// +optional
-	// +kubebuilder:validation:Type=string
-	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
-
-	// keys, for a breaker Group, sums the pods' per-key breakers: keys is the
-	// most any pod holds, open and halfOpen are summed over pods, and worst
-	// names the keys open in the most pods.
-	// +optional
-	Keys *KeySummary `json:"keys,omitempty"`
-
-	// members lists the most relevant reporting pods, at most 20: open first,
-	// then half-open, refusing the latest configuration, behind it, and closed.
-	// The operator writes it from the pods' BreakerReports; memberCounts
-	// counts them all.
-	// +optional
-	// +listType=map
-	// +listMapKey=pod
-	// +kubebuilder:validation:MaxItems=20
-	Members []MemberStatus `json:"members,omitempty"`
-
-	// conditions are the latest observations of the breaker: Ready (its
-	// configuration is valid and published), Open (its state is Open; with
-	// scope Fleet, the fleet verdict), ConfigApplied (every reporting pod
-	// runs the published configuration) and Overridden (spec.override is in
-	// force: the published mode is the override's).
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	// +patchStrategy=merge
-	// +patchMergeKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
-}
-
 // CircuitBreaker declares a circuit breaker that application pods enforce with
 // the Fusebox library. The operator publishes its configuration in the
 // namespace's fusebox-breakers ConfigMap and reports on it here.
@@ -442,6 +256,8 @@ type CircuitBreakerStatus struct {
 // +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`,priority=10
 // +kubebuilder:printcolumn:name="Failure Rate",type=integer,JSONPath=`.spec.failureRatePercent`,priority=10
 // +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
+// +kubebuilder:printcolumn:name="Retry %",type=integer,JSONPath=`.status.traffic.retryPercent`,priority=10,description="The fleet's retries in percent of its first attempts, over the window"
+// +kubebuilder:printcolumn:name="Throttled %",type=integer,JSONPath=`.status.traffic.throttledPercent`,priority=10,description="The fleet's calls rejected by adaptive throttling, in percent of its requests, over the window"
 // +kubebuilder:printcolumn:name="Override Until",type=string,JSONPath=`.spec.override.until`,priority=10,description="When spec.override ends (or ended: see Overridden)"
 type CircuitBreaker struct {
 	// A name longer than 248 characters (breakerconfig.MaxKeyNameLength) is

@@ -47,6 +47,9 @@ func TestAPIServerAcceptsWhatTheWebhooksAccept(t *testing.T) {
 		{"openTimeout": "1h30m", "window": "0.5h", "slowCallDuration": "1000us", "maxOpenTimeout": "24h"},
 		{"override": map[string]any{"mode": "ForcedOpen", "until": "2030-01-01T00:00:00Z", "reason": " INC-7 "}},
 		{"override": map[string]any{"mode": "ForcedClosed", "until": "2030-01-01T00:00:00Z", "reason": "x"}},
+		{"retryBudget": map[string]any{"percent": 1, "minPerSecond": 0}, "throttle": map[string]any{"k": 1}},
+		{"retryBudget": map[string]any{"percent": 100, "minPerSecond": 10000}, "throttle": map[string]any{"k": 10.0}},
+		{"retryBudget": map[string]any{}, "throttle": map[string]any{"k": 1.25}},
 	} {
 		obj := testenv.Breaker("default", fmt.Sprintf("accepted-%d", i), spec)
 		if err := k8sClient.Create(ctx, obj); err != nil {
@@ -74,6 +77,10 @@ func TestAPIServerBoundsAReportsCounts(t *testing.T) {
 		{"keys.keys above the bound", group(resiliencev1alpha1.MaxGroupKeys+1, 0, 0), "breakers[0].keys.keys"},
 		{"calls above 2^53-1", func(e map[string]any) { e["calls"] = int64(1) << 53 }, "breakers[0].calls"},
 		{"consecutiveOpens above int32", func(e map[string]any) { e["consecutiveOpens"] = int64(math.MaxInt32) + 1 }, "breakers[0].consecutiveOpens"},
+		{"requests above the traffic bound", func(e map[string]any) { e["requests"] = int64(resiliencev1alpha1.MaxTrafficCount) + 1 }, "breakers[0].requests"},
+		{"accepts 2^63-1", func(e map[string]any) { e["accepts"] = int64(math.MaxInt64) }, "breakers[0].accepts"},
+		{"retries negative", func(e map[string]any) { e["retries"] = -1 }, "breakers[0].retries"},
+		{"throttled above the traffic bound", func(e map[string]any) { e["throttled"] = int64(resiliencev1alpha1.MaxTrafficCount) + 1 }, "breakers[0].throttled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := report("bounded-report", reportEntry(tc.change))

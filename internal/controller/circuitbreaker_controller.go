@@ -94,12 +94,12 @@ func (r *CircuitBreakerReconciler) Reconcile(ctx context.Context, req reconcile.
 // It writes nothing when nothing changed.
 func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
-	breakers, cm, reports, err := r.read(ctx, req.Namespace, hasFleet)
+	breakers, cm, reports, err := r.read(ctx, req.Namespace, rendersFromReports)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	plan := planConfig(r.now(), breakers, cm, reports, r.overrideSeen)
-	if wait := r.publishWait(req.Namespace, cm, plan.data); wait > 0 {
+	if wait := r.publishWait(req.Namespace, cm, plan.data, plan.fleetOnly()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if err := r.publish(ctx, req.Namespace, cm, plan.data); err != nil {
@@ -121,15 +121,22 @@ func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reco
 // publishWait is how long to put off an update of the namespace's ConfigMap to data;
 // zero to write now, which it then records. Updates of one namespace's ConfigMap are at
 // least minWriteInterval apart: every pod of the namespace reads each one, and a pod
-// flapping its report flapped the fleet verdict it publishes as fast. The first change
-// after a quiet interval goes out at once; the follow-ups are coalesced.
-func (r *CircuitBreakerReconciler) publishWait(namespace string, cm *corev1.ConfigMap, data map[string]string) time.Duration {
+// flapping its report flapped the fleet verdict it publishes as fast. An update that
+// changes nothing but the fleet counts (fleetOnly) waits minFleetInterval: the counts
+// move with every pod's traffic report. The first change after a quiet interval goes out
+// at once; the follow-ups are coalesced, and a write for any other cause carries the
+// latest counts.
+func (r *CircuitBreakerReconciler) publishWait(namespace string, cm *corev1.ConfigMap, data map[string]string, fleetOnly bool) time.Duration {
 	if cm == nil || len(data) == 0 || maps.Equal(cm.Data, data) {
 		return 0 // a create, a delete, or nothing to write
 	}
+	interval := minWriteInterval
+	if fleetOnly {
+		interval = minFleetInterval
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if wait := minWriteInterval - time.Since(r.published[namespace]); wait > 0 {
+	if wait := interval - time.Since(r.published[namespace]); wait > 0 {
 		return wait
 	}
 	if r.published == nil {
@@ -188,14 +195,16 @@ func (r *CircuitBreakerReconciler) read(ctx context.Context, namespace string, n
 	return list.Items, cm, reports, nil
 }
 
-// hasFleet says whether any breaker has scope Fleet: only those render from reports.
-func hasFleet(breakers []resiliencev1alpha1.CircuitBreaker) bool {
+// rendersFromReports says whether any breaker's rendered config depends on its pods'
+// reports: a fleet verdict (scope Fleet), or the fleet counts (a retry budget or
+// throttling).
+func rendersFromReports(breakers []resiliencev1alpha1.CircuitBreaker) bool {
 	for i := range breakers {
 		if breakers[i].Spec.Scope == resiliencev1alpha1.ScopeFleet {
 			return true
 		}
 	}
-	return false
+	return anyUsesTraffic(breakers)
 }
 
 // NewReconciler returns the reconciler wired to mgr's clients and event recorder; metrics

@@ -34,6 +34,8 @@ type breakerView struct {
 	openTimeout      *metav1.Duration
 	// keys adds up the pods' breaker Groups; nil when no pod reports a Group.
 	keys *resiliencev1alpha1.KeySummary
+	// traffic is status.traffic: set for a breaker with a retry budget or throttling.
+	traffic *resiliencev1alpha1.FleetTraffic
 	// oddShape names the pods left out for reporting the breaker in the other shape
 	// (breaker Group or plain) than the rest (oddShapes).
 	oddShape []string
@@ -57,6 +59,9 @@ func severity(s resiliencev1alpha1.State) int {
 // pod is not closed (probing, or open below the quorum), else Closed.
 func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerView {
 	var v breakerView
+	if usesTraffic(cb) {
+		v.traffic = statusTraffic(sumTraffic(members))
+	}
 	if len(members) == 0 {
 		return v
 	}

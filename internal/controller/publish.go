@@ -25,6 +25,9 @@ type outcome struct {
 	// newGeneration: the published config is of another generation (or another object of
 	// that name), which is news; a new fleet verdict alone is not.
 	newGeneration bool
+	// fleetOnly: the published config differs in the fleet counts alone, whose write may
+	// wait (minFleetInterval).
+	fleetOnly bool
 	// override is what spec.override means at the time of the plan.
 	override overrideState
 }
@@ -65,7 +68,11 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 		if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
 			verdict = decideFleet(cb, reports.byBreaker[cb.Name]).verdict
 		}
-		c, err := render(cb, verdict)
+		var traffic trafficSums
+		if usesTraffic(cb) {
+			traffic = sumTraffic(reports.byBreaker[cb.Name])
+		}
+		c, err := render(cb, verdict, traffic)
 		if err == nil {
 			applyOverride(&c, o.override)
 			var doc []byte
@@ -74,6 +81,7 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 				plan.data[key] = string(doc)
 				o.changed = published[key] != string(doc)
 				o.newGeneration = o.changed && !sameGeneration(published[key], c)
+				o.fleetOnly = o.changed && fleetOnly(published[key], c)
 			}
 		}
 		if err != nil {
@@ -85,6 +93,21 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 		plan.outcomes = append(plan.outcomes, o)
 	}
 	return plan
+}
+
+// fleetOnly reports whether every breaker whose config changed changed in its fleet counts
+// alone. A plan that changes nothing is not fleet-only: publishWait lets it through.
+func (p configPlan) fleetOnly() bool {
+	changed := false
+	for _, o := range p.outcomes {
+		if o.changed {
+			if !o.fleetOnly {
+				return false
+			}
+			changed = true
+		}
+	}
+	return changed
 }
 
 // getConfigMap returns the namespace's published ConfigMap, or nil if there is none.

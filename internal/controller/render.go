@@ -11,11 +11,12 @@ import (
 )
 
 // render turns a CircuitBreaker into its published configuration, carrying the fleet
-// verdict given (nil for none; only scope Fleet has one). Fields the
+// verdict given (nil for none; only scope Fleet has one) and, for a breaker with a retry
+// budget or adaptive throttling, the fleet's traffic. Fields the
 // API server did not default (an object stored before a default existed) get
 // the documented defaults; anything the breaker library would refuse is an
 // error naming the field, so it never reaches the ConfigMap.
-func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdict) (breakerconfig.Config, error) {
+func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdict, traffic trafficSums) (breakerconfig.Config, error) {
 	s := cb.Spec
 	openTimeout, err := durationOr(s.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
 	if err != nil {
@@ -50,6 +51,7 @@ func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdic
 		Scope:                  string(scope),
 	}
 	renderSlowCallsAndBackoff(&c, s)
+	renderFleetPolicies(&c, s, traffic)
 	if scope == resiliencev1alpha1.ScopeFleet {
 		c.Verdict = verdict
 	}

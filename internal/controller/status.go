@@ -47,6 +47,7 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 	desired.Status.ConfigMapName = breakerconfig.ConfigMapName
 	desired.Status.State, desired.Status.MemberCounts, desired.Status.Members = v.state, v.counts, v.listed
 	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.consecutiveOpens, v.openTimeout, v.keys
+	desired.Status.Traffic = v.traffic
 	if o.err != nil || !o.changed {
 		desired.Status.ObservedGeneration = desired.Generation
 		setReadyCondition(desired, o.err)

@@ -55,6 +55,7 @@ func TestDashboardInChromium(t *testing.T) {
 	createBreaker(t, ns, "inventory", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
 		s.Scope = resiliencev1alpha1.ScopeFleet
 		s.FleetQuorumPercent = ptr.To[int32](50)
+		fleetPolicies(s)
 	})
 	createBreaker(t, ns, "search", nil)
 	createBreaker(t, ns, "recommendations", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
@@ -72,7 +73,7 @@ func TestDashboardInChromium(t *testing.T) {
 	for _, pod := range []string{"checkout-0", "checkout-1", "checkout-2"} {
 		report(t, ns, pod,
 			entry("payments-api", resiliencev1alpha1.StateClosed, "Started"),
-			entry("inventory", resiliencev1alpha1.StateClosed, "Started"),
+			withTraffic(entry("inventory", resiliencev1alpha1.StateClosed, "Started"), 100, 50, 10, 20),
 			searchClosed)
 	}
 	waitState(t, ns, "payments-api", resiliencev1alpha1.StateClosed, 0, 0, 3)
@@ -155,6 +156,11 @@ func TestDashboardInChromium(t *testing.T) {
 	waitVisible("search shows its override's mode", card("search")+`.forced[data-mode="ForcedClosed"][data-state="Closed"]`)
 	if state, forced := text(card("search")+` [data-role="state"]`), text(card("search")+` [data-role="forced"]`); state != "Closed" || forced != "Forced closed" {
 		t.Errorf("search (override ForcedClosed, pods Closed): state %q, forced %q; want Closed, Forced closed", state, forced)
+	}
+	// The fleet's ratios: 30 retries of 270 first attempts, 60 of 300 requests throttled.
+	if facts := text(card("inventory") + ` dl`); !strings.Contains(facts, "11% of first attempts (budget 20% + 10/s)") ||
+		!strings.Contains(facts, "20% of requests (k 2)") {
+		t.Errorf("inventory's card does not show the fleet's retry and throttle ratios: %q", facts)
 	}
 	if cls := class(card("payments-api")); cls == "" || strings.Contains(cls, "forced") {
 		t.Errorf("payments-api (Enforce): class %q, want a card with no forced mark", cls)

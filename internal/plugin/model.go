@@ -27,7 +27,26 @@ type Breaker struct {
 	Override         *Override `json:"override,omitempty"`
 	ConsecutiveOpens int32     `json:"consecutiveOpens,omitempty"`
 	OpenTimeout      string    `json:"openTimeout,omitempty"`
-	Created          time.Time `json:"created"`
+	// Traffic is the fleet's traffic, for a breaker with a retry budget or throttling.
+	Traffic *Traffic  `json:"traffic,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Traffic is status.traffic and the policies it is measured against: the fleet's retry
+// ratio (retries in percent of first attempts) and throttle rejection ratio (throttled in
+// percent of requests), each nil until there is traffic to measure.
+type Traffic struct {
+	// RetryBudget is spec.retryBudget in words ("20% + 10/s"), or "" without one.
+	RetryBudget string `json:"retryBudget,omitempty"`
+	// ThrottleK is spec.throttle.k, or 0 without throttling.
+	ThrottleK        float64 `json:"throttleK,omitempty"`
+	Pods             int32   `json:"pods"`
+	Requests         int64   `json:"requests"`
+	Accepts          int64   `json:"accepts"`
+	Retries          int64   `json:"retries"`
+	Throttled        int64   `json:"throttled"`
+	RetryPercent     *int32  `json:"retryPercent,omitempty"`
+	ThrottledPercent *int32  `json:"throttledPercent,omitempty"`
 }
 
 // Pods counts the reporting pods by state.
@@ -75,6 +94,7 @@ func breakerView(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) Breaker {
 	if c := cb.Status.MemberCounts; c != nil {
 		b.Pods = Pods{Reporting: c.Reporting, Open: c.Open, HalfOpen: c.HalfOpen, Closed: c.Closed, OnLatestConfig: c.OnLatestConfig}
 	}
+	b.Traffic = trafficView(cb)
 	if o := cb.Spec.Override; o != nil {
 		b.Override = &Override{
 			Mode:   string(o.Mode),
@@ -88,6 +108,58 @@ func breakerView(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) Breaker {
 		}
 	}
 	return b
+}
+
+// trafficView is what the plugin shows of cb's fleet traffic; nil for a breaker with
+// neither a retry budget nor throttling.
+func trafficView(cb *resiliencev1alpha1.CircuitBreaker) *Traffic {
+	rb, th := cb.Spec.RetryBudget, cb.Spec.Throttle
+	if rb == nil && th == nil {
+		return nil
+	}
+	t := &Traffic{}
+	if rb != nil {
+		t.RetryBudget = fmt.Sprintf("%d%% + %d/s",
+			ptrOr(rb.Percent, resiliencev1alpha1.DefaultRetryBudgetPercent), ptrOr(rb.MinPerSecond, resiliencev1alpha1.DefaultRetryMinPerSecond))
+	}
+	if th != nil {
+		t.ThrottleK = ptrOr(th.K, resiliencev1alpha1.DefaultThrottleK)
+	}
+	if s := cb.Status.Traffic; s != nil {
+		t.Pods, t.Requests, t.Accepts, t.Retries, t.Throttled = s.Pods, s.Requests, s.Accepts, s.Retries, s.Throttled
+		t.RetryPercent, t.ThrottledPercent = s.RetryPercent, s.ThrottledPercent
+	}
+	return t
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// retriesText is the fleet's retry ratio for a table: "-" without a budget or traffic.
+func (b Breaker) retriesText() string {
+	if b.Traffic == nil || b.Traffic.RetryBudget == "" {
+		return "-"
+	}
+	return percentText(b.Traffic.RetryPercent)
+}
+
+// throttledText is the fleet's throttle rejection ratio: "-" without throttling or traffic.
+func (b Breaker) throttledText() string {
+	if b.Traffic == nil || b.Traffic.ThrottleK == 0 {
+		return "-"
+	}
+	return percentText(b.Traffic.ThrottledPercent)
+}
+
+func percentText(p *int32) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(int(*p)) + "%"
 }
 
 // stateText is a state for a table: "-" until a pod reports.

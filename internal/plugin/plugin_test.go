@@ -47,13 +47,13 @@ func TestStatusListsBreakers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out, "NAME") || !regexp.MustCompile(`^NAME\s+STATE\s+MODE\s+OVERRIDE\s+QUORUM\s+PODS\s+AGE\n`).MatchString(out) {
-		t.Errorf("header: want NAME STATE MODE OVERRIDE QUORUM PODS AGE, got:\n%s", out)
+	if !strings.HasPrefix(out, "NAME") || !regexp.MustCompile(`^NAME\s+STATE\s+MODE\s+OVERRIDE\s+QUORUM\s+PODS\s+RETRIES\s+THROTTLED\s+AGE\n`).MatchString(out) {
+		t.Errorf("header: want NAME STATE MODE OVERRIDE QUORUM PODS RETRIES THROTTLED AGE, got:\n%s", out)
 	}
 	if got, want := strings.Join(row(t, out, "alpha")[:6], " "), "alpha Open Enforce - - 1/0/1"; got != want {
 		t.Errorf("alpha: got %q, want %q", got, want)
 	}
-	if got, want := strings.Join(row(t, out, "beta")[:8], " "), "beta - ForcedOpen (override) 120m left 50% 0/0/0"; got != want {
+	if got, want := strings.Join(row(t, out, "beta")[:10], " "), "beta - ForcedOpen (override) 120m left 50% 0/0/0 - -"; got != want {
 		t.Errorf("beta: got %q, want %q", got, want)
 	}
 
@@ -80,10 +80,10 @@ func TestStatusListsBreakers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`^NAME\s+STATE\s+MODE\s+OVERRIDE\s+QUORUM\s+PODS\s+AGE\s+SCOPE\s+REPORTING\s+LATEST CONFIG\s+CONSECUTIVE OPENS\s+OPEN PERIOD\n`).MatchString(wide) {
+	if !regexp.MustCompile(`^NAME\s+STATE\s+MODE\s+OVERRIDE\s+QUORUM\s+PODS\s+RETRIES\s+THROTTLED\s+AGE\s+SCOPE\s+REPORTING\s+LATEST CONFIG\s+CONSECUTIVE OPENS\s+OPEN PERIOD\n`).MatchString(wide) {
 		t.Errorf("-o wide header:\n%s", wide)
 	}
-	if got, want := strings.Join(row(t, wide, "beta")[9:], " "), "Fleet 0 0 - -"; got != want {
+	if got, want := strings.Join(row(t, wide, "beta")[11:], " "), "Fleet 0 0 - -"; got != want {
 		t.Errorf("-o wide beta's extra columns: got %q, want %q", got, want)
 	}
 

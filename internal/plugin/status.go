@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,7 +109,7 @@ func sortBreakers(bs []Breaker) {
 // tableHeader is the breakers table's header, without NAMESPACE; wideHeader
 // is what -o wide adds.
 const (
-	tableHeader = "NAME\tSTATE\tMODE\tOVERRIDE\tQUORUM\tPODS\tAGE"
+	tableHeader = "NAME\tSTATE\tMODE\tOVERRIDE\tQUORUM\tPODS\tRETRIES\tTHROTTLED\tAGE"
 	wideHeader  = "\tSCOPE\tREPORTING\tLATEST CONFIG\tCONSECUTIVE OPENS\tOPEN PERIOD"
 )
 
@@ -126,8 +127,9 @@ func writeTable(w io.Writer, bs []Breaker, withNamespace, wide bool, now time.Ti
 		if withNamespace {
 			fmt.Fprintf(w, "%s\t", b.Namespace)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s",
-			b.Name, stateText(b.State), b.modeText(), b.overrideText(now), b.quorumText(), b.podsText(), age(b.Created, now))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
+			b.Name, stateText(b.State), b.modeText(), b.overrideText(now), b.quorumText(), b.podsText(),
+			b.retriesText(), b.throttledText(), age(b.Created, now))
 		if wide {
 			fmt.Fprintf(w, "\t%s\t%d\t%d\t%s\t%s",
 				b.Scope, b.Pods.Reporting, b.Pods.OnLatestConfig, opensText(b.ConsecutiveOpens), dash(b.OpenTimeout))
@@ -192,6 +194,7 @@ func writeDetail(out io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Tran
 	if b.ConsecutiveOpens > 0 {
 		fmt.Fprintf(w, "Consecutive opens:\t%d (open period %s)\n", b.ConsecutiveOpens, b.OpenTimeout)
 	}
+	writeTraffic(w, b.Traffic)
 	fmt.Fprintf(w, "Age:\t%s\n", age(b.Created, now))
 	if err := section(); err != nil {
 		return err
@@ -233,6 +236,22 @@ func writeDetail(out io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Tran
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", seen, t.Type, t.Reason, strings.ReplaceAll(t.Message, "\n", " "))
 	}
 	return w.Flush()
+}
+
+// writeTraffic writes the fleet policies and what the fleet's windows hold, for a breaker
+// that has either policy.
+func writeTraffic(w io.Writer, t *Traffic) {
+	if t == nil {
+		return
+	}
+	if t.RetryBudget != "" {
+		fmt.Fprintf(w, "Retry budget:\t%s, the per-second floor shared by %d pods\n", t.RetryBudget, t.Pods)
+		fmt.Fprintf(w, "Retries:\t%s of first attempts (%d retries of %d requests)\n", percentText(t.RetryPercent), t.Retries, t.Requests)
+	}
+	if t.ThrottleK != 0 {
+		fmt.Fprintf(w, "Throttle:\tk = %s\n", strconv.FormatFloat(t.ThrottleK, 'g', -1, 64))
+		fmt.Fprintf(w, "Throttled:\t%s of requests (%d of %d; %d accepted)\n", percentText(t.ThrottledPercent), t.Throttled, t.Requests, t.Accepts)
+	}
 }
 
 // rateText is a member's failure rate and, when judged, slow-call rate.

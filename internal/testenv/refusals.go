@@ -54,6 +54,13 @@ func Refusals() []Refusal {
 		{"minimumThroughput 2^31-1", map[string]any{"minimumThroughput": math.MaxInt32}, "spec.minimumThroughput", "1000000", false},
 		{"halfOpenPermittedCalls 2^31-1", map[string]any{"halfOpenPermittedCalls": math.MaxInt32}, "spec.halfOpenPermittedCalls", "1000", false},
 		{"successThreshold 2^31-1", map[string]any{"successThreshold": math.MaxInt32}, "spec.successThreshold", "1000", false},
+		// Issue 22: the fleet policies' bounds.
+		{"retryBudget.percent negative", map[string]any{"retryBudget": map[string]any{"percent": -10}}, "spec.retryBudget.percent", "greater than or equal to 1", false},
+		{"retryBudget.percent above 100", map[string]any{"retryBudget": map[string]any{"percent": 150}}, "spec.retryBudget.percent", "less than or equal to 100", false},
+		{"retryBudget.minPerSecond negative", map[string]any{"retryBudget": map[string]any{"minPerSecond": -1}}, "spec.retryBudget.minPerSecond", "greater than or equal to 0", false},
+		{"retryBudget.minPerSecond beyond its bound", map[string]any{"retryBudget": map[string]any{"minPerSecond": 10001}}, "spec.retryBudget.minPerSecond", "less than or equal to 10000", false},
+		{"throttle.k below 1", map[string]any{"throttle": map[string]any{"k": 0.5}}, "spec.throttle.k", "greater than or equal to 1", false},
+		{"throttle.k above 10", map[string]any{"throttle": map[string]any{"k": 10.5}}, "spec.throttle.k", "less than or equal to 10", false},
 	}
 }
 

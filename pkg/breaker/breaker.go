@@ -30,6 +30,8 @@ type Breaker struct {
 	// Read on every call; written only under mu.
 	cur    atomic.Pointer[period]
 	bucket atomic.Pointer[liveBucket]
+	// What the operator last published about the fleet (SetFleet); nil until then.
+	fleet atomic.Pointer[Fleet]
 
 	// Fixed at New.
 	name      string

@@ -95,6 +95,30 @@ type Policy struct {
 	// (docs/semantics.md, "Backed-off open periods"). 0 (the default) keeps every open
 	// period at OpenTimeout. When set, at least OpenTimeout.
 	MaxOpenTimeout time.Duration
+	// RetryBudget, when set, bounds the retries [Retry] and [Breaker.AllowRetry] allow
+	// over the window (docs/semantics.md, "Retry budget"). nil: retries are not budgeted.
+	RetryBudget *RetryBudget
+	// Throttle, when set, makes a closed breaker reject calls locally with the adaptive
+	// throttling probability (docs/semantics.md, "Adaptive throttling"). nil: no
+	// throttling, and the call path pays nothing for it.
+	Throttle *Throttle
+}
+
+// RetryBudget bounds retries over the window (docs/design.md §5.15): at most Percent% of
+// the window's first attempts, plus this pod's share of MinPerSecond, the fleet's floor.
+type RetryBudget struct {
+	// Percent of first attempts that may be retried, 0–100.
+	Percent int
+	// MinPerSecond is the floor of retries per second the whole fleet may make whatever
+	// the first attempts; each pod gets MinPerSecond / Fleet.Pods of it.
+	MinPerSecond int
+}
+
+// Throttle is client-side adaptive throttling (docs/design.md §5.16).
+type Throttle struct {
+	// K is how many requests per accepted one the breaker lets through before it starts
+	// rejecting locally: at least 1 (2 is the usual choice).
+	K float64
 }
 
 // DefaultPolicy returns the defaults of the PHP library whose semantics Fusebox follows

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
@@ -33,9 +34,40 @@ type Config struct {
 	// MaxOpenTimeout backs off consecutive open periods up to it; left out for no
 	// backoff.
 	MaxOpenTimeout Duration `json:"maxOpenTimeout,omitempty"`
+	// RetryBudget and Throttle are the fleet-aware policies of docs/design.md §5.15 and
+	// §5.16; each is left out when not set.
+	RetryBudget *RetryBudget `json:"retryBudget,omitempty"`
+	Throttle    *Throttle    `json:"throttle,omitempty"`
+	// Fleet is what the operator counts of the pods that report the breaker, written
+	// only with RetryBudget or Throttle (docs/design.md §4).
+	Fleet *Fleet `json:"fleet,omitempty"`
 	// Verdict is the fleet's shared verdict, written by the operator only for
 	// scope Fleet and only while it has one (docs/design.md §5.12).
 	Verdict *Verdict `json:"verdict,omitempty"`
+}
+
+// RetryBudget is breaker.RetryBudget on the wire.
+type RetryBudget struct {
+	Percent      int `json:"percent"`
+	MinPerSecond int `json:"minPerSecond"`
+}
+
+// Throttle is breaker.Throttle on the wire: k is a JSON number.
+type Throttle struct {
+	K float64 `json:"k"`
+}
+
+// Fleet is breaker.Fleet on the wire: the pods that report the breaker, and the
+// requests and accepts their windows hold, summed.
+type Fleet struct {
+	Pods     int   `json:"pods"`
+	Requests int64 `json:"requests"`
+	Accepts  int64 `json:"accepts"`
+}
+
+// Breaker returns f as the library takes it.
+func (f Fleet) Breaker() breaker.Fleet {
+	return breaker.Fleet{Pods: f.Pods, Requests: f.Requests, Accepts: f.Accepts}
 }
 
 // Verdict is a fleet-wide verdict: the state and when it was reached, and for
@@ -95,6 +127,12 @@ func FromPolicy(name string, generation int64, p breaker.Policy, scope string) C
 	if p.SlowCallDuration > 0 {
 		c.SlowCallDuration, c.SlowCallRatio = Duration(p.SlowCallDuration), p.SlowCallRatio
 	}
+	if b := p.RetryBudget; b != nil {
+		c.RetryBudget = &RetryBudget{Percent: b.Percent, MinPerSecond: b.MinPerSecond}
+	}
+	if t := p.Throttle; t != nil {
+		c.Throttle = &Throttle{K: t.K}
+	}
 	return c
 }
 
@@ -115,6 +153,14 @@ func (c Config) Policy() (breaker.Policy, error) {
 	}
 	if p.SlowCallRatio == 0 {
 		p.SlowCallRatio = 1 // DefaultPolicy's, and the CRD's slowCallRatePercent 100
+	}
+	// Fresh values, never c's: a policy handed to a breaker shares nothing with a config
+	// the caller may still change.
+	if b := c.RetryBudget; b != nil {
+		p.RetryBudget = &breaker.RetryBudget{Percent: b.Percent, MinPerSecond: b.MinPerSecond}
+	}
+	if t := c.Throttle; t != nil {
+		p.Throttle = &breaker.Throttle{K: t.K}
 	}
 	// A zero field of a breaker.Policy means the default, but the operator renders every
 	// field: a zero here is a broken document, refused like any other bad value.
@@ -167,8 +213,42 @@ func (c Config) Validate() error {
 			return fmt.Errorf("verdict.openTimeout: must not be negative, got %s", time.Duration(v.OpenTimeout))
 		}
 	}
+	if err := c.validateFleetPolicies(); err != nil {
+		return err
+	}
 	_, err := c.Policy()
 	return err
+}
+
+// validateFleetPolicies reports the first field of the retry budget, the throttle or the
+// fleet counts that a reader must refuse. Only what makes them meaningless is refused
+// (a negative count, k below 1); the CRD's tighter bounds (docs/design.md §3) are the
+// operator's. It runs before the breaker's own Validate, which may judge the same
+// fields: the first error is the one reported.
+func (c Config) validateFleetPolicies() error {
+	if b := c.RetryBudget; b != nil {
+		if b.Percent < 0 || b.Percent > 100 {
+			return fmt.Errorf("retryBudget.percent: must be between 0 and 100, got %d", b.Percent)
+		}
+		if b.MinPerSecond < 0 {
+			return fmt.Errorf("retryBudget.minPerSecond: must not be negative, got %d", b.MinPerSecond)
+		}
+	}
+	if t := c.Throttle; t != nil && !(t.K >= 1 && t.K <= math.MaxFloat64) {
+		// Written so that NaN, which no JSON carries but a Go caller might, fails too.
+		return fmt.Errorf("throttle.k: must be a finite number of at least 1, got %v", t.K)
+	}
+	if f := c.Fleet; f != nil {
+		for _, n := range []struct {
+			field string
+			v     int64
+		}{{"fleet.pods", int64(f.Pods)}, {"fleet.requests", f.Requests}, {"fleet.accepts", f.Accepts}} {
+			if n.v < 0 {
+				return fmt.Errorf("%s: must not be negative, got %d", n.field, n.v)
+			}
+		}
+	}
+	return nil
 }
 
 // ParseState reads a state in either of the spellings Fusebox uses: the wire one

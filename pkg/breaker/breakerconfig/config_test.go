@@ -110,6 +110,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"name":"x","openTimeout":"1ns","window":"1h","failureRatio":1,"minimumThroughput":1,"successThreshold":1,"halfOpenPermittedCalls":1,"mode":"","scope":""}`))
 	f.Add([]byte(`{"name":"x","verdict":{"state":"Open","since":"2026-01-01T00:00:00Z"}}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(fleetSample))
 	f.Add([]byte(strings.Replace(sample, `"scope": "Pod"`, `"scope": "Fleet", "slowCallDuration": "1.5s", "slowCallRatio": 0.8, "maxOpenTimeout": "5m",
   "verdict": {"state": "Open", "since": "2026-11-29T10:00:00.123Z", "consecutiveOpens": 3, "openTimeout": "2m0s"}`, 1)))
 	f.Add([]byte(strings.Replace(sample, `"scope": "Pod"`, `"scope": "Pod", "slowCallRatio": 0.3, "maxOpenTimeout": "30s"`, 1)))
@@ -143,6 +144,10 @@ func FuzzParse(f *testing.F) {
 // sameConfig compares configs, their verdicts' times as instants: a parsed time keeps the
 // document's zone, which Marshal writes back as the same instant.
 func sameConfig(a, b Config) bool {
+	if !samePointee(a.RetryBudget, b.RetryBudget) || !samePointee(a.Throttle, b.Throttle) || !samePointee(a.Fleet, b.Fleet) {
+		return false
+	}
+	a.RetryBudget, a.Throttle, a.Fleet, b.RetryBudget, b.Throttle, b.Fleet = nil, nil, nil, nil, nil, nil
 	va, vb := a.Verdict, b.Verdict
 	a.Verdict, b.Verdict = nil, nil
 	if a != b || (va == nil) != (vb == nil) {
@@ -154,6 +159,11 @@ func sameConfig(a, b Config) bool {
 	x, y := *va, *vb
 	x.Since, y.Since = time.Time{}, time.Time{}
 	return x == y && va.Since.Equal(vb.Since)
+}
+
+// samePointee reports whether a and b are both nil or point to equal values.
+func samePointee[T comparable](a, b *T) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // Whatever string a duration field holds, Parse reads it as time.ParseDuration does, or

@@ -51,6 +51,13 @@ type ReportEntry struct {
 	OpenTimeout *Duration `json:"openTimeout,omitempty"`
 	// Keys summarises a breaker Group's per-key breakers, for a Group only.
 	Keys *KeySummary `json:"keys,omitempty"`
+	// Requests, Accepts, Retries and Throttled are the window's traffic
+	// (breaker.Traffic), written only for a breaker with a retry budget or
+	// adaptive throttling; each at most MaxTrafficCount.
+	Requests  *int64 `json:"requests,omitempty"`
+	Accepts   *int64 `json:"accepts,omitempty"`
+	Retries   *int64 `json:"retries,omitempty"`
+	Throttled *int64 `json:"throttled,omitempty"`
 	// ConfigGeneration is the generation of the config the pod runs for it.
 	ConfigGeneration int64 `json:"configGeneration,omitempty"`
 	// ConfigError says why the pod refused the latest published config.
@@ -80,6 +87,11 @@ const MaxWorstKeys = breaker.SummaryWorstKeys
 // of a fleet stay inside int32 up to 5,000 pods at this bound; a reporter saturates its
 // counts here.
 const MaxKeyCount = 400_000
+
+// MaxTrafficCount bounds each traffic count of a report entry: the BreakerReport schema
+// refuses a higher one, and a reporter saturates its counts here. The operator's sums over
+// 5,000 pods stay below 2^53 (5·10^15): exact as JSON numbers, far from overflowing int64.
+const MaxTrafficCount = 1_000_000_000_000
 
 // Time is a timestamp written in RFC 3339 with exactly three fractional digits,
 // so that equal times are equal strings and a fleet's shared open period does

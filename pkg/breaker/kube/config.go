@@ -195,8 +195,15 @@ func (a *applier) reconcileLocked() {
 			c.adopted = &v
 			a.adoptions.Add(1)
 		}
+		// What the operator counts of the fleet, on every config applied: the pod count
+		// divides the retry budget's floor, and a quiet pod throttles on the fleet's
+		// requests and accepts (docs/design.md §5.15, §5.16).
+		withTraffic := c.good != nil && (c.good.RetryBudget != nil || c.good.Throttle != nil)
+		if withTraffic && c.good.Fleet != nil {
+			b.SetFleet(c.good.Fleet.Breaker())
+		}
 		if a.rep != nil {
-			a.rep.configure(b, gen, c.refusal)
+			a.rep.configure(b, gen, c.refusal, withTraffic)
 		}
 	}
 	if a.rep != nil {

@@ -93,6 +93,10 @@ func (r *reporter) urgent(names []string, ms []member) bool {
 			continue
 		case m.group || breakerconfig.Earned(wireState(m.state), m.reason):
 			return true
+		case found && m.traffic != r.written[j].traffic:
+			// Taken for the report only when due and material, or with a write
+			// that goes anyway (traffic.go): it is waited for already.
+			return true
 		case !found:
 			// A breaker new to the report: the pod's first word on it (Started) can wait,
 			// unless it brings a refusal of the config.

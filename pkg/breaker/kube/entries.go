@@ -29,6 +29,8 @@ type member struct {
 	keys, open, halfOpen int32
 	nWorst               int
 	worst                [breakerconfig.MaxWorstKeys]string
+	// traffic is the window's traffic as last taken for the report (traffic.go).
+	traffic traffic
 }
 
 // entry is what the reporter knows about one breaker of this pod.
@@ -44,6 +46,12 @@ type entry struct {
 	// group is the breaker Group the entry reports, nil for a breaker. A Group's entry is
 	// computed from its summary when the report is written, not from transitions.
 	group *breaker.Group
+	// breaker is the breaker whose traffic the report carries (a retry budget or
+	// throttling is configured), nil when it carries none; window is its policy's, and
+	// latest its traffic as last sampled (traffic.go).
+	breaker *breaker.Breaker
+	window  time.Duration
+	latest  traffic
 }
 
 // entry returns the entry of name, creating it. Caller holds mu.
@@ -147,11 +155,11 @@ func reasonOf(t breaker.Transition) string {
 
 // configure puts b in the report with the given config generation and refusal, and makes
 // sure its entry has a state: a breaker that never moved has had no transition to report
-// one. It does not wake the writer: the applier configures every breaker a config names,
+// one. With withTraffic the entry also carries b's window traffic (traffic.go). It does not wake the writer: the applier configures every breaker a config names,
 // then calls flush once, so that one config is one write however many breakers it names.
 // It must be called without r.mu held, and without any lock OnTransition's callers might
 // hold.
-func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr string) {
+func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr string, withTraffic bool) {
 	r.mu.Lock()
 	e := r.entry(b.Name())
 	e.reported = true
@@ -170,6 +178,12 @@ func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr str
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.want.slowJudged = p.SlowCallDuration > 0
+	e.breaker, e.window = nil, 0
+	if withTraffic {
+		e.breaker, e.window = b, p.Window
+	} else {
+		e.want.traffic, e.latest = traffic{}, traffic{}
+	}
 	// A transition delivered meanwhile is newer than v; and a state that differs from v
 	// with no delivery yet is a transition still on its way, which will bring its own.
 	if e.period == period && (!e.known || e.want.state == v.State) {

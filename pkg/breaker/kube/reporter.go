@@ -42,6 +42,8 @@ type reporter struct {
 	// each hold's length. Unset, unearned changes go at once.
 	hold    holdState // guarded by mu
 	holdFor func() time.Duration
+	// nextTraffic is the earliest a change of traffic alone goes out (traffic.go).
+	nextTraffic time.Time // guarded by mu
 
 	writes, failures, rejected atomic.Int64
 	lastErr                    atomic.Pointer[string]
@@ -81,9 +83,12 @@ func (r *reporter) flush() {
 
 // pending returns the report to write, in name order, and false when the API server
 // already holds it, when nothing was ever written and there is nothing to write, or when
-// every change is unearned and its hold has not ended (earned.go).
+// every change is unearned and its hold has not ended (earned.go). A report that goes out
+// carries the latest traffic; a change of traffic alone goes out only when due and
+// material (traffic.go).
 func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	r.refreshGroups()
+	r.refreshTraffic()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, e := range r.entries {
@@ -102,16 +107,21 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	} else {
 		dirty = !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
 	}
-	if dirty && r.held(names, ms) {
+	switch {
+	case dirty && !r.held(names, ms):
+	case r.synced && r.trafficDue(time.Now(), names):
+	default:
 		return names, ms, false
 	}
-	return names, ms, dirty
+	r.takeTraffic(names, ms)
+	return names, ms, true
 }
 
 // markWritten records that the API server holds the report of names and ms.
 func (r *reporter) markWritten(names []string, ms []member) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.trafficWritten(time.Now(), r.written, ms)
 	r.names, r.written, r.synced = names, ms, true
 	r.hold.end()
 }

@@ -338,10 +338,10 @@ func TestReporterOpenPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.configure(b, 1, "")
+	r.configure(b, 1, "", false)
 	entryNow := func() breakerconfig.ReportEntry {
 		t.Helper()
-		r.configure(b, 1, "")
+		r.configure(b, 1, "", false)
 		names, ms, _ := r.pending()
 		if len(names) != 1 {
 			t.Fatalf("entries %v", names)

@@ -84,6 +84,9 @@ func reportEntry(name string, m member) breakerconfig.ReportEntry {
 			e.OpenTimeout = &d
 		}
 	}
+	if t := m.traffic; t.on {
+		e.Requests, e.Accepts, e.Retries, e.Throttled = &t.requests, &t.accepts, &t.retries, &t.throttled
+	}
 	if m.group {
 		e.Keys = &breakerconfig.KeySummary{Keys: m.keys, Open: m.open, HalfOpen: m.halfOpen}
 		if m.nWorst > 0 {

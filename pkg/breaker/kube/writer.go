@@ -36,12 +36,16 @@ func (r *reporter) run(ctx context.Context) {
 	var failing string // the error of the current run of failures, logged once
 	var groups groupRefresh
 	defer groups.stop()
+	var traffic trafficTimer
+	defer traffic.stop()
 	for {
+		check, armed := r.trafficCheck(time.Now())
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
 		case <-groups.tick(r.reportsGroups()):
+		case <-traffic.after(check, armed):
 		}
 		for {
 			names, ms, dirty := r.pending()

@@ -3,6 +3,7 @@ package circuitbreaker
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,16 @@ func TestValidateCreateRefuses(t *testing.T) {
 			Spec: resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("1.5ms")}}, []string{"spec.slowCallDuration"}},
 		{"maxOpenTimeout below a millisecond", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 			Spec: resiliencev1alpha1.CircuitBreakerSpec{MaxOpenTimeout: dur("1m0.0001s")}}, []string{"spec.maxOpenTimeout"}},
+		{"negative retry percent", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{RetryBudget: &resiliencev1alpha1.RetryBudget{Percent: ptr.To[int32](-5)}}},
+			[]string{"spec.retryBudget.percent"}},
+		{"retry floor beyond its bound", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{RetryBudget: &resiliencev1alpha1.RetryBudget{Percent: ptr.To[int32](101), MinPerSecond: ptr.To[int32](10001)}}},
+			[]string{"spec.retryBudget.percent", "spec.retryBudget.minPerSecond"}},
+		{"throttle k below 1", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{Throttle: &resiliencev1alpha1.Throttle{K: ptr.To(0.5)}}}, []string{"spec.throttle.k"}},
+		{"throttle k NaN", resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: resiliencev1alpha1.CircuitBreakerSpec{Throttle: &resiliencev1alpha1.Throttle{K: ptr.To(math.NaN())}}}, []string{"spec.throttle.k"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := (Validator{}).ValidateCreate(context.Background(), &tc.cb)
@@ -98,6 +109,14 @@ func TestValidateCreateAccepts(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("1.5s"), Window: dur("1m0.001s")}},
 		{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: dur("1ms"), MaxOpenTimeout: dur("1h0.001s")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
+			RetryBudget: &resiliencev1alpha1.RetryBudget{Percent: ptr.To[int32](1), MinPerSecond: ptr.To[int32](0)},
+			Throttle:    &resiliencev1alpha1.Throttle{K: ptr.To(1.0)}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
+			RetryBudget: &resiliencev1alpha1.RetryBudget{Percent: ptr.To[int32](100), MinPerSecond: ptr.To[int32](10000)},
+			Throttle:    &resiliencev1alpha1.Throttle{K: ptr.To(10.0)}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
+			RetryBudget: &resiliencev1alpha1.RetryBudget{}, Throttle: &resiliencev1alpha1.Throttle{}}},
 	} {
 		if _, err := (Validator{}).ValidateCreate(context.Background(), &cb); err != nil {
 			t.Errorf("%s: %v", cb.Name, err)

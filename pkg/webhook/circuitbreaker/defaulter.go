@@ -69,6 +69,18 @@ func SetDefaults(s *resiliencev1alpha1.CircuitBreakerSpec) {
 	if s.SlowCallRatePercent == nil {
 		s.SlowCallRatePercent = ptr.To[int32](resiliencev1alpha1.DefaultSlowCallRatePercent)
 	}
+	// The two fleet policies stay unset unless asked for; set, their fields default.
+	if b := s.RetryBudget; b != nil {
+		if b.Percent == nil {
+			b.Percent = ptr.To[int32](resiliencev1alpha1.DefaultRetryBudgetPercent)
+		}
+		if b.MinPerSecond == nil {
+			b.MinPerSecond = ptr.To[int32](resiliencev1alpha1.DefaultRetryMinPerSecond)
+		}
+	}
+	if t := s.Throttle; t != nil && t.K == nil {
+		t.K = ptr.To(resiliencev1alpha1.DefaultThrottleK)
+	}
 }
 
 // effective returns s with its defaults, leaving s alone: what the breaker runs.

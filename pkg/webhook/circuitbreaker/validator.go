@@ -118,7 +118,63 @@ func validateSpec(s, old *resiliencev1alpha1.CircuitBreakerSpec, path *field.Pat
 	check("window", s.Window, oldWindow, old != nil)
 	check("slowCallDuration", s.SlowCallDuration, oldSlow, old != nil)
 	check("maxOpenTimeout", s.MaxOpenTimeout, oldMax, old != nil)
+	var oldBudget *resiliencev1alpha1.RetryBudget
+	var oldThrottle *resiliencev1alpha1.Throttle
+	if old != nil {
+		oldBudget, oldThrottle = old.RetryBudget, old.Throttle
+	}
+	errs = append(errs, validateRetryBudget(s.RetryBudget, oldBudget, path.Child("retryBudget"))...)
+	errs = append(errs, validateThrottle(s.Throttle, oldThrottle, path.Child("throttle"))...)
 	return errs
+}
+
+// Bounds of the fleet policies, the schema's too (docs/design.md §3).
+const (
+	minRetryPercent, maxRetryPercent = 1, 100
+	maxRetryMinPerSecond             = 10000
+	minThrottleK, maxThrottleK       = 1.0, 10.0
+)
+
+// validateRetryBudget refuses what the schema refuses of spec.retryBudget, in the same
+// words, for an API server that runs the webhook with an older CRD (or none of its
+// bounds). A field the update leaves as it was is not judged.
+func validateRetryBudget(b, old *resiliencev1alpha1.RetryBudget, path *field.Path) field.ErrorList {
+	if b == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	var oldPercent, oldFloor *int32
+	if old != nil {
+		oldPercent, oldFloor = old.Percent, old.MinPerSecond
+	}
+	if p := b.Percent; p != nil && (*p < minRetryPercent || *p > maxRetryPercent) && !sameInt32(p, oldPercent) {
+		errs = append(errs, field.Invalid(path.Child("percent"), *p,
+			fmt.Sprintf("must be between %d and %d: the share of first attempts that may be retried, in percent", minRetryPercent, maxRetryPercent)))
+	}
+	if f := b.MinPerSecond; f != nil && (*f < 0 || *f > maxRetryMinPerSecond) && !sameInt32(f, oldFloor) {
+		errs = append(errs, field.Invalid(path.Child("minPerSecond"), *f,
+			fmt.Sprintf("must be between 0 and %d: the whole fleet's floor of retries a second", maxRetryMinPerSecond)))
+	}
+	return errs
+}
+
+func sameInt32(a, b *int32) bool { return a != nil && b != nil && *a == *b }
+
+// validateThrottle refuses a k outside [1, 10]: below 1 throttling would reject calls
+// the dependency accepts.
+func validateThrottle(t, old *resiliencev1alpha1.Throttle, path *field.Path) field.ErrorList {
+	if t == nil || t.K == nil {
+		return nil
+	}
+	k := *t.K
+	if k >= minThrottleK && k <= maxThrottleK {
+		return nil
+	}
+	if old != nil && old.K != nil && *old.K == k {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(path.Child("k"), k,
+		fmt.Sprintf("must be between %g and %g: below 1 throttling would reject calls the dependency accepts", minThrottleK, maxThrottleK))}
 }
 
 func truncate(s string, n int) string {

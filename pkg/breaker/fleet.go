@@ -1,0 +1,70 @@
+package breaker
+
+import "errors"
+
+// What a breaker learns from, and tells, the fleet it belongs to: the operator publishes how
+// many pods report a breaker and what their windows hold (rendered `fleet`, docs/design.md
+// §4), and each pod reports its own window's traffic for the operator to add up.
+
+// Fleet is what the operator publishes about the pods that report a breaker.
+// pkg/breaker/kube calls [Breaker.SetFleet] with it on every config it applies.
+type Fleet struct {
+	// Pods is the number of pods reporting the breaker; 0 means not known yet, which the
+	// retry budget takes as 1 (this pod has the whole floor until it hears otherwise).
+	Pods int
+	// Requests and Accepts are the fleet's totals over its pods' windows (§5.16), which a
+	// pod with too few requests of its own throttles on.
+	Requests, Accepts int64
+}
+
+// Traffic is what a breaker's window holds for the fleet's arithmetic (§5.15, §5.16).
+type Traffic struct {
+	// Requests are the calls the closed breaker was asked to run: admitted or throttled.
+	Requests int64
+	// Accepts are the calls that succeeded.
+	Accepts int64
+	// Retries are the admitted second or later attempts of a logical call.
+	Retries int64
+	// Throttled are the calls adaptive throttling rejected.
+	Throttled int64
+}
+
+var (
+	// ErrRetryBudget is matched by the error of a retry the budget refused; the error
+	// also wraps the last attempt's.
+	ErrRetryBudget = errors.New("breaker: retry budget spent")
+	// ErrThrottled is matched, together with ErrOpen, by the error of a call adaptive
+	// throttling rejected.
+	ErrThrottled = errors.New("breaker: call throttled")
+)
+
+// SetFleet tells the breaker what the operator last published about its fleet. It costs the
+// call path nothing; pkg/breaker/kube calls it on every config it applies, and tests or other
+// sources may call it directly.
+func (b *Breaker) SetFleet(f Fleet) {
+	f.Pods = max(f.Pods, 0)
+	f.Requests, f.Accepts = max(f.Requests, 0), max(f.Accepts, 0)
+	b.fleet.Store(&f)
+}
+
+// Fleet returns what SetFleet last stored, and whether anything was.
+func (b *Breaker) Fleet() (Fleet, bool) {
+	if f := b.fleet.Load(); f != nil {
+		return *f, true
+	}
+	return Fleet{}, false
+}
+
+// Traffic returns what the breaker's window holds for the fleet (see [Traffic]). While the
+// circuit is open or half-open it is zero: the window is the closed state's.
+func (b *Breaker) Traffic() Traffic {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != Closed {
+		return Traffic{}
+	}
+	b.roll(now)
+	c := b.windowCounts()
+	return Traffic{Requests: c.Calls, Accepts: c.Calls - c.Failures}
+}
