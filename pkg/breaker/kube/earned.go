@@ -21,6 +21,14 @@ import (
 // hold each would write its Adopted entry at once, a second storm right behind the earned
 // reports that decided the incident, in the same priority level, as the operator is
 // counting them.
+//
+// An unearned change that leaves every entry in the state the API server already holds
+// (a pod that tripped adopting the fleet's verdict, which only re-times its open period; a
+// forced mode over a circuit already open) is not written at all: it tells the fleet
+// nothing, since what the operator counts is each entry's state and what each pod earned,
+// and its open period comes from the spec, never from a report. It goes with the next write
+// that happens for another reason. Without this rule the pods that earned the fleet's Open
+// wrote twice per incident: their earned Open, then its echo.
 
 // The hold's bounds. At least 100 ms: the verdict reaches the pods over one ConfigMap
 // watch within tens of milliseconds of each other, and the earned writes that opened the
@@ -63,6 +71,9 @@ func (r *reporter) held(names []string, ms []member) bool {
 	if r.holdFor == nil || r.hold.over || r.urgent(names, ms) {
 		return false
 	}
+	if r.restating(names, ms) {
+		return true // no hold: nothing here is due, ever, on its own
+	}
 	if r.hold.timer == nil {
 		seq := r.hold.seq
 		r.hold.timer = time.AfterFunc(r.holdFor(), func() {
@@ -73,6 +84,21 @@ func (r *reporter) held(names []string, ms []member) bool {
 				r.signal()
 			}
 		})
+	}
+	return true
+}
+
+// restating reports whether names and ms differ from the written report only in
+// unearned changes that keep each entry's state. Caller holds mu and has found nothing
+// urgent.
+func (r *reporter) restating(names []string, ms []member) bool {
+	if !slices.Equal(names, r.names) {
+		return false
+	}
+	for i, m := range ms {
+		if m.state != r.written[i].state {
+			return false
+		}
 	}
 	return true
 }

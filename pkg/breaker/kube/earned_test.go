@@ -161,3 +161,54 @@ func TestUnearnedDelayBounds(t *testing.T) {
 		t.Errorf("2,000 holds span only %v to %v", lo, hi)
 	}
 }
+
+// TestAnEchoOfTheWrittenStateIsNotWritten: a pod that tripped and then adopts the fleet's
+// verdict (Open to Open, re-timed) has nothing to tell: no write and no hold, however long
+// it waits; the next write for another reason carries it.
+func TestAnEchoOfTheWrittenStateIsNotWritten(t *testing.T) {
+	const hold = 20 * time.Millisecond
+	r := heldReporter(t, hold, "a", "b")
+	r.OnTransition(breaker.Transition{Breaker: "a", From: breaker.Closed, To: breaker.Open, At: at, Period: 1,
+		Cause: breaker.CauseCalls, Counts: breaker.Counts{Calls: 10, Failures: 10}})
+	names, ms, dirty := r.pending()
+	if !dirty {
+		t.Fatal("a tripped breaker is held")
+	}
+	r.markWritten(names, ms)
+
+	// The fleet's verdict: the same open state, since a moment earlier.
+	r.OnTransition(breaker.Transition{Breaker: "a", From: breaker.Open, To: breaker.Open, At: at.Add(-time.Second), Period: 2, Cause: breaker.CauseAdopted})
+	if r.entries["a"].want.reason != breakerconfig.ReasonAdopted {
+		t.Fatalf("the adoption was not recorded: %+v", r.entries["a"].want)
+	}
+	if _, _, dirty := r.pending(); dirty {
+		t.Fatal("the echo of a written Open is to be written at once")
+	}
+	if r.hold.timer != nil {
+		t.Fatal("a hold runs for the echo of a written Open")
+	}
+	time.Sleep(3 * hold)
+	if _, _, dirty := r.pending(); dirty {
+		t.Fatal("the echo of a written Open is written after a wait")
+	}
+
+	// b times out of its state: that is held, and when written carries a's echo along.
+	r.OnTransition(breaker.Transition{Breaker: "b", From: breaker.Closed, To: breaker.Open, At: at, Period: 1, Cause: breaker.CauseAdopted})
+	if _, _, dirty := r.pending(); dirty {
+		t.Fatal("b's adopted Open is not held")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		names, ms, dirty = r.pending()
+		if dirty || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(hold / 4)
+	}
+	if !dirty {
+		t.Fatal("b's held change never came due")
+	}
+	if ms[0].reason != breakerconfig.ReasonAdopted || !ms[0].since.Equal(at.Add(-time.Second)) {
+		t.Errorf("a's entry %+v does not carry its echo", ms[0])
+	}
+}
