@@ -133,7 +133,6 @@ type BreakerReportEntry struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:shortName=brep,categories=fusebox
-// +kubebuilder:printcolumn:name="Breakers",type=integer,JSONPath=`.breakers.length()`,description="Breakers the pod reports"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BreakerReport struct {
 	metav1.TypeMeta   `json:",inline"`
