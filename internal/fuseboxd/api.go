@@ -31,7 +31,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/permits/{permit}", func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := readBody(w, r); ok {
-			writeAnswer(w, s.settle(r.PathValue("permit"), body))
+			writeAnswer(w, s.settle([]byte(r.PathValue("permit")), body))
 		}
 	})
 	mux.HandleFunc("GET /v1/breakers/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -82,11 +82,11 @@ func (s *Server) acquire(name string, body, buf []byte) answer {
 		return refused
 	}
 	lease := b.Policy().OpenTimeout
-	if req.LeaseMs != nil {
-		if *req.LeaseMs <= 0 {
+	if req.hasLease {
+		if req.leaseMs <= 0 {
 			return errorAnswer(http.StatusBadRequest, "leaseMs must be a positive number of milliseconds")
 		}
-		lease = time.Duration(min(*req.LeaseMs, MaxLease.Milliseconds())) * time.Millisecond
+		lease = time.Duration(min(req.leaseMs, MaxLease.Milliseconds())) * time.Millisecond
 	}
 	lease = min(lease, MaxLease)
 
@@ -137,22 +137,22 @@ var errIgnored = context.Canceled
 var errFailed = errors.New("fuseboxd: the client reported a failure")
 
 // settle answers POST /v1/permits/{permit}.
-func (s *Server) settle(permit string, body []byte) answer {
+func (s *Server) settle(permit, body []byte) answer {
 	req, err := decodeSettle(body)
 	if err != nil {
 		return errorAnswer(http.StatusBadRequest, err.Error())
 	}
 	var outcome error
-	switch req.Outcome {
+	switch req.outcome {
 	case "success":
 	case "failure":
 		outcome = errFailed
 	case "ignored":
 		outcome = errIgnored
 	default:
-		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("outcome %q: want \"success\", \"failure\" or \"ignored\"", req.Outcome))
+		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("outcome %q: want \"success\", \"failure\" or \"ignored\"", req.outcome))
 	}
-	if req.DurationMs != nil && *req.DurationMs < 0 {
+	if req.hasDuration && req.durationMs < 0 {
 		return errorAnswer(http.StatusBadRequest, "durationMs must not be negative")
 	}
 	done, ok := s.permits.take(permit)

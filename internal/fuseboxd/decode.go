@@ -6,58 +6,76 @@ import (
 	"errors"
 )
 
-type acquireRequest struct {
-	LeaseMs *int64 `json:"leaseMs"`
+// acquireBody is what an acquire's body says.
+type acquireBody struct {
+	leaseMs  int64
+	hasLease bool
 }
 
-type settleRequest struct {
-	Outcome    string `json:"outcome"`
-	DurationMs *int64 `json:"durationMs"`
+// settleBody is what a settle's body says.
+type settleBody struct {
+	outcome     string
+	durationMs  int64
+	hasDuration bool
 }
 
 // decodeAcquire decodes an acquire's body, which may be empty.
-func decodeAcquire(body []byte) (acquireRequest, error) {
-	var req acquireRequest
+func decodeAcquire(body []byte) (acquireBody, error) {
+	var a acquireBody
 	if len(bytes.TrimSpace(body)) == 0 {
-		return req, nil
+		return a, nil
 	}
-	var lease int64
-	ok := scanFlatObject(body, func(key []byte, str []byte, num int64, isNum bool) bool {
+	ok := scanFlatObject(body, func(key []byte, _ []byte, num int64, isNum bool) bool {
 		if string(key) != "leaseMs" || !isNum {
 			return false
 		}
-		lease = num
-		req.LeaseMs = &lease
+		a.leaseMs, a.hasLease = num, true
 		return true
 	})
 	if ok {
-		return req, nil
+		return a, nil
 	}
-	req = acquireRequest{}
-	return req, decodeJSON(body, &req)
+	var req struct {
+		LeaseMs *int64 `json:"leaseMs"`
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		return acquireBody{}, err
+	}
+	if req.LeaseMs != nil {
+		return acquireBody{leaseMs: *req.LeaseMs, hasLease: true}, nil
+	}
+	return acquireBody{}, nil
 }
 
 // decodeSettle decodes a settle's body, which must be there.
-func decodeSettle(body []byte) (settleRequest, error) {
-	var req settleRequest
-	var duration int64
+func decodeSettle(body []byte) (settleBody, error) {
+	var b settleBody
 	ok := scanFlatObject(body, func(key []byte, str []byte, num int64, isNum bool) bool {
 		switch {
 		case string(key) == "outcome" && !isNum:
-			req.Outcome = outcomeWord(str)
+			b.outcome = outcomeWord(str)
 		case string(key) == "durationMs" && isNum:
-			duration = num
-			req.DurationMs = &duration
+			b.durationMs, b.hasDuration = num, true
 		default:
 			return false
 		}
 		return true
 	})
 	if ok {
-		return req, nil
+		return b, nil
 	}
-	req = settleRequest{}
-	return req, decodeJSON(body, &req)
+	var req struct {
+		Outcome    string `json:"outcome"`
+		DurationMs *int64 `json:"durationMs"`
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		return settleBody{}, err
+	}
+	b = settleBody{outcome: req.Outcome}
+	if req.DurationMs != nil {
+		b.durationMs, b.hasDuration = *req.DurationMs, true
+	}
+	return b, nil
 }
 
 // outcomeWord returns str as a string, without allocating for the three outcomes.

@@ -34,7 +34,7 @@ func (c *leanClient) Close() error { return c.conn.Close() }
 
 // post sends POST path with body and returns the answer's status and body; the body is
 // valid until the next call.
-func (c *leanClient) post(path string, body []byte) (int, []byte, error) {
+func (c *leanClient) post(path, body []byte) (int, []byte, error) {
 	c.req = append(c.req[:0], "POST "...)
 	c.req = append(c.req, path...)
 	c.req = append(c.req, " HTTP/1.1\r\nHost: fuseboxd\r\n"...)

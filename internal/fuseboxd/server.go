@@ -71,7 +71,10 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{} // guarded by mu
 	conns     map[*wireConn]struct{}    // guarded by mu
-	closing   atomic.Bool               // set (under mu) by Shutdown
+
+	namesMu sync.RWMutex
+	names   map[string]string // guarded by namesMu; see name
+	closing atomic.Bool       // set (under mu) by Shutdown
 
 	stop     context.CancelFunc
 	stopped  chan struct{}
@@ -94,6 +97,7 @@ func New(o Options) (*Server, error) {
 		handoff:     newHandoff(),
 		listeners:   map[net.Listener]struct{}{},
 		conns:       map[*wireConn]struct{}{},
+		names:       map[string]string{},
 	}
 	if s.published == nil {
 		s.published = func(string) (breakerconfig.Config, bool) { return breakerconfig.Config{}, false }

@@ -100,10 +100,10 @@ func (s *Server) route(req request, buf []byte) answer {
 	switch string(req.method) {
 	case http.MethodPost:
 		if name, ok := between(req.path, "/v1/breakers/", "/permits"); ok {
-			return s.acquire(string(name), req.body, buf)
+			return s.acquire(s.name(name), req.body, buf)
 		}
 		if permit, ok := between(req.path, "/v1/permits/", ""); ok {
-			return s.settle(string(permit), req.body)
+			return s.settle(permit, req.body)
 		}
 		if name, ok := between(req.path, "/v1/breakers/", "/trip"); ok {
 			return s.trip(string(name))
@@ -123,6 +123,24 @@ func (s *Server) route(req request, buf []byte) answer {
 	return errorAnswer(http.StatusNotFound, "no such endpoint: "+string(req.method)+" "+string(req.path))
 }
 
+// name returns the breaker name b as a string, without allocating for the names of
+// breakers that exist: a worker names the same few on every call.
+func (s *Server) name(b []byte) string {
+	s.namesMu.RLock()
+	n, ok := s.names[string(b)]
+	s.namesMu.RUnlock()
+	if ok {
+		return n
+	}
+	n = string(b)
+	if _, exists := s.reg.Lookup(n); exists {
+		s.namesMu.Lock()
+		s.names[n] = n // bounded as the registry is (Options.MaxBreakers)
+		s.namesMu.Unlock()
+	}
+	return n
+}
+
 // between returns the one path segment of path between prefix and suffix.
 func between(path []byte, prefix, suffix string) ([]byte, bool) {
 	if !bytes.HasPrefix(path, []byte(prefix)) || !bytes.HasSuffix(path, []byte(suffix)) || len(path) <= len(prefix)+len(suffix) {
@@ -136,7 +154,8 @@ func between(path []byte, prefix, suffix string) ([]byte, bool) {
 // a path ServeMux would take as it is: segments of letters, digits, '-', '_' and '.',
 // none of them empty, "." or "..", no escapes, no query.
 func routed(method, path []byte) bool {
-	for _, seg := range bytes.Split(path[1:], []byte("/")) {
+	for rest := path[1:]; ; {
+		seg, after, more := bytes.Cut(rest, []byte("/"))
 		if len(seg) == 0 || string(seg) == "." || string(seg) == ".." {
 			return false
 		}
@@ -145,6 +164,10 @@ func routed(method, path []byte) bool {
 				return false
 			}
 		}
+		if !more {
+			break
+		}
+		rest = after
 	}
 	switch string(method) {
 	case http.MethodPost:
