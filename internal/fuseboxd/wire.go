@@ -223,10 +223,13 @@ func readRequest(r *bufio.Reader) (request, error) {
 		value = bytes.Trim(value, " \t")
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
+			if host || !plainHost(value) {
+				return request{}, errHandOff
+			}
 			host = true
 		case bytes.EqualFold(name, []byte("Content-Length")):
-			n, err := strconv.Atoi(string(value))
-			if length >= 0 || err != nil || n < 0 || value[0] == '+' {
+			n, ok := digits(value)
+			if length >= 0 || !ok {
 				return request{}, errHandOff
 			}
 			length = n
@@ -275,6 +278,32 @@ func validHeader(name, value []byte) bool {
 		}
 	}
 	return true
+}
+
+// plainHost: a Host of letters, digits and ".-_:[]" (a name, an IPv4 or a bracketed
+// IPv6 address, a port), which net/http takes as it is; it judges any other.
+func plainHost(v []byte) bool {
+	for _, c := range v {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || bytes.IndexByte([]byte(".-_:[]"), c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// digits parses a Content-Length: 1 to 9 decimal digits.
+func digits(v []byte) (int, bool) {
+	if len(v) == 0 || len(v) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // header appends the status line and headers of a to buf.
