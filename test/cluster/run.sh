@@ -4,8 +4,9 @@
 #   1. build the suite's test binary and the five images on this machine (Go modules
 #      need the network, which the cluster's namespace does not have): the manager's
 #      (`make image`), a rebuild of it under another tag for `helm upgrade`, the
-#      example's (`make image-example`), the fuseboxd sidecar's (`make image-fuseboxd`)
-#      and hack/fuseboxd-worker's, the client that uses the sidecar's socket;
+#      example's (`make image-example`), the fuseboxd sidecar's (as `make
+#      image-fuseboxd`, for this platform) and hack/fuseboxd-worker's, the client that
+#      uses the sidecar's socket;
 #   2. snapshot the host, `hack/cluster.sh up`, load the images;
 #   3. run the suite inside the cluster's network namespace (`hack/cluster.sh exec`);
 #   4. `hack/cluster.sh down`, also when a step fails, then compare the host with the
@@ -67,10 +68,14 @@ make --no-print-directory image IMG="${img}" >&2
 	-layout "${out}/image-rebuilt" -archive "${out}/image-rebuilt.tar") >&2
 rm -rf "${out}/image-rebuilt"
 make --no-print-directory image-example EXAMPLE_IMG="${example}" >&2
-make --no-print-directory image-fuseboxd FUSEBOXD_IMG="${fuseboxd}" >&2
+# The sidecar's and the worker's, as make image-fuseboxd builds the first, for this
+# machine's platform only: the node runs nothing else, and each platform is a link.
+native="linux/$(go env GOARCH)"
+(cd hack/image && go run . -root "${root}" -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd \
+	-tag "${fuseboxd}" -platforms "${native}" -layout "${out}/image-fuseboxd" -archive "${out}/image-fuseboxd.tar") >&2
 (cd hack/image && go run . -root "${root}" -package ./hack/fuseboxd-worker -entrypoint /fuseboxd-worker -title fuseboxd-worker \
-	-tag "${worker}" -platforms "linux/$(go env GOARCH)" -layout "${out}/image-worker" -archive "${out}/image-worker.tar") >&2
-rm -rf "${out}/image-worker"
+	-tag "${worker}" -platforms "${native}" -layout "${out}/image-worker" -archive "${out}/image-worker.tar") >&2
+rm -rf "${out}/image-fuseboxd" "${out}/image-worker"
 
 owned=0
 baseline=""
@@ -84,7 +89,7 @@ else
 	step "starting the cluster"
 	hack/cluster.sh up >/dev/null
 fi
-for tar in bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar bin/fuseboxd-image.tar "${out}/image-worker.tar"; do
+for tar in bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar "${out}/image-fuseboxd.tar" "${out}/image-worker.tar"; do
 	step "loading ${tar}"
 	hack/cluster.sh load "${tar}" >/dev/null
 done
