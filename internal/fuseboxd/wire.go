@@ -160,7 +160,7 @@ func routed(method, path []byte) bool {
 			return false
 		}
 		for _, c := range seg {
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			if !alphanumeric(c) && c != '-' && c != '_' && c != '.' {
 				return false
 			}
 		}
@@ -284,11 +284,15 @@ func validHeader(name, value []byte) bool {
 // IPv6 address, a port), which net/http takes as it is; it judges any other.
 func plainHost(v []byte) bool {
 	for _, c := range v {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || bytes.IndexByte([]byte(".-_:[]"), c) >= 0) {
+		if !alphanumeric(c) && bytes.IndexByte([]byte(".-_:[]"), c) < 0 {
 			return false
 		}
 	}
 	return true
+}
+
+func alphanumeric(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // digits parses a Content-Length: 1 to 9 decimal digits.
