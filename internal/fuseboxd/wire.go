@@ -70,6 +70,7 @@ func (s *Server) serveConn(conn net.Conn) {
 		_ = conn.SetReadDeadline(time.Now().Add(readHeaderTimeout))
 		req, err := readRequest(c.r)
 		if errors.Is(err, errHandOff) {
+			s.log.Debug("Serving a connection with net/http from here on", "request", firstLine(c.r))
 			s.track(c, false)
 			_ = conn.SetReadDeadline(time.Time{})
 			s.handoff.give(&bufferedConn{Conn: conn, r: c.r})
@@ -93,6 +94,13 @@ func (s *Server) serveConn(conn net.Conn) {
 			return
 		}
 	}
+}
+
+// firstLine is the start of the request line at the head of r, for a log.
+func firstLine(r *bufio.Reader) string {
+	buf, _ := r.Peek(min(r.Buffered(), 120))
+	line, _, _ := bytes.Cut(buf, []byte("\r\n"))
+	return string(line)
 }
 
 // route answers req, appending a 201's body to buf.

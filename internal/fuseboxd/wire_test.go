@@ -155,3 +155,45 @@ func TestWireAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownClosesKeptAliveConnections: Shutdown closes the connections waiting for
+// their next request, served by hand or handed to net/http, and returns at once.
+func TestShutdownClosesKeptAliveConnections(t *testing.T) {
+	d := startDaemon(t, fuseboxd.Options{}, map[string]string{"payments": testConfig("payments", 1, "")})
+	lean, err := dialLean(d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lean.Close()
+	if code, body, err := lean.post([]byte("/v1/breakers/payments/permits"), nil); err != nil || code != http.StatusCreated {
+		t.Fatalf("acquire: %d %s %v", code, body, err)
+	}
+	chunked, err := net.Dial("unix", d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chunked.Close()
+	if _, err := io.WriteString(chunked, "POST /v1/breakers/payments/permits HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.ReadResponse(bufio.NewReader(chunked), nil); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("chunked acquire: %v %v", resp, err)
+	}
+
+	start := time.Now()
+	if err := d.srv.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Shutdown took %v with only idle connections", took)
+	}
+	for name, conn := range map[string]net.Conn{"served by hand": lean.conn, "handed to net/http": chunked} {
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("the connection %s: read %d, %v after Shutdown, want EOF", name, n, err)
+		}
+	}
+	if d.srv.Outstanding() != 0 {
+		t.Errorf("%d permits outstanding after Shutdown", d.srv.Outstanding())
+	}
+}
