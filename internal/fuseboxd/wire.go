@@ -15,8 +15,8 @@ import (
 // settles it on every call it makes, so what one request costs the daemon is what every
 // call costs the application. Go's HTTP server spends tens of allocations on each
 // request (the Request, its Header map and URL, a context, the response's state), and
-// the garbage that leaves is the slowest one percent of the round trips
-// (docs/benchmarks.md, "fuseboxd"). The requests the API really gets are few and
+// the collector's cycles for that garbage made much of the slowest one percent of the
+// round trips (docs/benchmarks.md, "fuseboxd"). The requests the API really gets are few and
 // fixed: six routes, a small body with a Content-Length, on a kept-alive connection.
 // serveConn reads those straight from the connection's buffer and answers them from a
 // buffer it reuses. Anything else (a chunked or large body, Expect: 100-continue,
