@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -100,6 +101,7 @@ metrics: {secure: false}
 breakerClientRole: {enabled: false}
 admissionPolicy: {enabled: false}
 flowControl: {enabled: false}
+fuseboxd: {image: {repository: registry.example.com/platform/fuseboxd, tag: v1.2.3-sidecar}}
 `), &v); err != nil {
 		panic(err)
 	}
@@ -207,7 +209,7 @@ func TestChartDefaultsDeployWhatConfigDefaultDeploys(t *testing.T) {
 	if *dep.Spec.Replicas != *want.Spec.Replicas || !reflect.DeepEqual(c.Resources, wc.Resources) {
 		t.Errorf("replicas %d, resources %+v; config/default: %d, %+v", *dep.Spec.Replicas, c.Resources, *want.Spec.Replicas, wc.Resources)
 	}
-	wantArgs(t, c.Args, "--leader-elect=true", "--metrics-secure=true", "--webhook-cert-mode=self-signed")
+	wantArgs(t, c.Args, "--leader-elect=true", "--metrics-secure=true", "--webhook-cert-mode=self-signed", sidecarBeside(c.Image))
 	if !get(t, objs, "Role", "fusebox-webhook-certs", nil) || get(t, objs, "Certificate", "fusebox-serving-cert", nil) {
 		t.Error("self-signed mode: want the manager's certificate Role and no cert-manager Certificate")
 	}
@@ -273,7 +275,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 	if c.Resources.Limits.Memory().String() != "256Mi" || c.Resources.Requests.Cpu().String() != "100m" {
 		t.Errorf("resources %+v", c.Resources)
 	}
-	wantArgs(t, c.Args, "--leader-elect=false", "--metrics-secure=false", "--webhook-cert-mode=external")
+	wantArgs(t, c.Args, "--leader-elect=false", "--metrics-secure=false", "--webhook-cert-mode=external", "--fuseboxd-image=registry.example.com/platform/fuseboxd:v1.2.3-sidecar")
 
 	// cert-manager: its Issuer and Certificate, the Secret it writes mounted,
 	// the webhook configurations asking for its CA, no self-signed RBAC.
@@ -349,6 +351,13 @@ func TestChartRefusesAnUnknownCertMode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "certMode") {
 		t.Errorf("certMode vault: error %v, want the schema to refuse it", err)
 	}
+}
+
+// sidecarBeside is the fuseboxd image the chart names by default beside the manager's
+// image ref: same registry path and tag, repository fuseboxd.
+func sidecarBeside(ref string) string {
+	i := strings.LastIndex(ref, ":")
+	return "--fuseboxd-image=" + path.Join(path.Dir(ref[:i]), "fuseboxd") + ref[i:]
 }
 
 func wantArgs(t *testing.T, args []string, want ...string) {

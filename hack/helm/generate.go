@@ -414,6 +414,9 @@ func templateDeployment(o object, defaults *values) error {
 	if len(want) > 0 {
 		return fmt.Errorf("%s: the manager's args %v lack %v, which the chart's values set", key(o), args, keys(want))
 	}
+	// config/ leaves the sidecar image to the manager's default; the chart names it, so
+	// that it follows the chart's version as the manager's image does.
+	c["args"] = append(args, "--fuseboxd-image={{ include `fusebox.fuseboxdImage` . }}")
 	return nil
 }
 

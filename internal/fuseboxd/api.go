@@ -19,33 +19,46 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// Handler returns the API's routes (docs/design.md §8).
+// Handler returns the API's routes (docs/design.md §8) on net/http. [Server.Serve] answers
+// the frequent requests itself (wire.go) and hands every other one to this handler, so
+// that both give the same answers.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/breakers/{name}/permits", s.acquire)
-	mux.HandleFunc("POST /v1/permits/{permit}", s.settle)
-	mux.HandleFunc("GET /v1/breakers/{name}", s.describe)
-	mux.HandleFunc("POST /v1/breakers/{name}/trip", s.trip)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, status{"ok"}) })
-	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("POST /v1/breakers/{name}/permits", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeAnswer(w, s.acquire(r.PathValue("name"), body, nil))
+		}
+	})
+	mux.HandleFunc("POST /v1/permits/{permit}", func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := readBody(w, r); ok {
+			writeAnswer(w, s.settle([]byte(r.PathValue("permit")), body))
+		}
+	})
+	mux.HandleFunc("GET /v1/breakers/{name}", func(w http.ResponseWriter, r *http.Request) {
+		writeAnswer(w, s.describe(r.PathValue("name")))
+	})
+	mux.HandleFunc("POST /v1/breakers/{name}/trip", func(w http.ResponseWriter, r *http.Request) {
+		writeAnswer(w, s.trip(r.PathValue("name")))
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeAnswer(w, healthy) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { writeAnswer(w, s.readyz()) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		writeAnswer(w, errorAnswer(http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)))
 	})
 	return mux
 }
 
+// answer is one response of the API, whichever server writes it.
+type answer struct {
+	code int
+	// retryAfter is the Retry-After header, in seconds; zero means none.
+	retryAfter int64
+	// body is the JSON document and a newline, as json.Encoder writes it; nil for 204.
+	body []byte
+}
+
 type status struct {
 	Status string `json:"status"`
-}
-
-type acquireRequest struct {
-	LeaseMs *int64 `json:"leaseMs"`
-}
-
-type acquireResponse struct {
-	Permit  string `json:"permit"`
-	State   string `json:"state"`
-	LeaseMs int64  `json:"leaseMs"`
 }
 
 type refusal struct {
@@ -58,42 +71,49 @@ type refusal struct {
 // (a saturated half-open period, a forced-open mode): long enough not to spin.
 const unknownRetryAfter = time.Second
 
-func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
-	var req acquireRequest
-	if !readJSON(w, r, &req, true) {
-		return
+// acquire answers POST /v1/breakers/{name}/permits, appending a 201's body to buf.
+func (s *Server) acquire(name string, body, buf []byte) answer {
+	req, err := decodeAcquire(body)
+	if err != nil {
+		return errorAnswer(http.StatusBadRequest, err.Error())
 	}
-	b, ok := s.breaker(w, r.PathValue("name"))
-	if !ok {
-		return
+	b, refused := s.breaker(name)
+	if b == nil {
+		return refused
 	}
 	lease := b.Policy().OpenTimeout
-	if req.LeaseMs != nil {
-		if *req.LeaseMs <= 0 {
-			writeError(w, http.StatusBadRequest, "leaseMs must be a positive number of milliseconds")
-			return
+	if req.hasLease {
+		if req.leaseMs <= 0 {
+			return errorAnswer(http.StatusBadRequest, "leaseMs must be a positive number of milliseconds")
 		}
-		lease = time.Duration(min(*req.LeaseMs, MaxLease.Milliseconds())) * time.Millisecond
+		lease = time.Duration(min(req.leaseMs, MaxLease.Milliseconds())) * time.Millisecond
 	}
 	lease = min(lease, MaxLease)
 
 	done, err := b.Allow()
 	if err != nil {
-		s.refuse(w, b, err)
-		return
+		return refuse(b, err)
 	}
 	id, ok := s.permits.add(done, lease, s.now())
 	if !ok {
 		// Too many permits outstanding (clients leaking them), or shutting down: the
 		// call never happens, which is what a cancelled call says.
 		done(context.Canceled)
-		writeError(w, http.StatusServiceUnavailable, "too many outstanding permits, or shutting down; settle the ones you hold")
-		return
+		return errorAnswer(http.StatusServiceUnavailable, "too many outstanding permits, or shutting down; settle the ones you hold")
 	}
-	writeJSON(w, http.StatusCreated, acquireResponse{Permit: id, State: b.State().String(), LeaseMs: lease.Milliseconds()})
+	// {"permit":"<id>","state":"<state>","leaseMs":N}: the id is base32 and the state one
+	// of State.String()'s words, neither of which JSON escapes.
+	buf = append(buf, `{"permit":"`...)
+	buf = append(buf, id...)
+	buf = append(buf, `","state":"`...)
+	buf = append(buf, b.State().String()...)
+	buf = append(buf, `","leaseMs":`...)
+	buf = strconv.AppendInt(buf, lease.Milliseconds(), 10)
+	buf = append(buf, "}\n"...)
+	return answer{code: http.StatusCreated, body: buf}
 }
 
-func (s *Server) refuse(w http.ResponseWriter, b *breaker.Breaker, err error) {
+func refuse(b *breaker.Breaker, err error) answer {
 	ref := refusal{State: b.State().String(), Reason: "open"}
 	var oe *breaker.OpenError
 	if errors.As(err, &oe) {
@@ -104,13 +124,9 @@ func (s *Server) refuse(w http.ResponseWriter, b *breaker.Breaker, err error) {
 		wait = unknownRetryAfter
 	}
 	ref.RetryAfterMs = int64(math.Ceil(float64(wait) / float64(time.Millisecond)))
-	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
-	writeJSON(w, http.StatusTooManyRequests, ref)
-}
-
-type settleRequest struct {
-	Outcome    string `json:"outcome"`
-	DurationMs *int64 `json:"durationMs"`
+	a := jsonAnswer(http.StatusTooManyRequests, ref)
+	a.retryAfter = int64(math.Ceil(wait.Seconds()))
+	return a
 }
 
 // errIgnored is the outcome "ignored": the call says nothing about the dependency, as a
@@ -120,33 +136,31 @@ var errIgnored = context.Canceled
 // errFailed is the outcome "failure"; the registry's classifier counts it as a failure.
 var errFailed = errors.New("fuseboxd: the client reported a failure")
 
-func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
-	var req settleRequest
-	if !readJSON(w, r, &req, false) {
-		return
+// settle answers POST /v1/permits/{permit}.
+func (s *Server) settle(permit, body []byte) answer {
+	req, err := decodeSettle(body)
+	if err != nil {
+		return errorAnswer(http.StatusBadRequest, err.Error())
 	}
 	var outcome error
-	switch req.Outcome {
+	switch req.outcome {
 	case "success":
 	case "failure":
 		outcome = errFailed
 	case "ignored":
 		outcome = errIgnored
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("outcome %q: want \"success\", \"failure\" or \"ignored\"", req.Outcome))
-		return
+		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("outcome %q: want \"success\", \"failure\" or \"ignored\"", req.outcome))
 	}
-	if req.DurationMs != nil && *req.DurationMs < 0 {
-		writeError(w, http.StatusBadRequest, "durationMs must not be negative")
-		return
+	if req.hasDuration && req.durationMs < 0 {
+		return errorAnswer(http.StatusBadRequest, "durationMs must not be negative")
 	}
-	done, ok := s.permits.take(r.PathValue("permit"))
+	done, ok := s.permits.take(permit)
 	if !ok {
-		writeError(w, http.StatusGone, "unknown permit: never issued, already settled, or its lease ran out")
-		return
+		return errorAnswer(http.StatusGone, "unknown permit: never issued, already settled, or its lease ran out")
 	}
 	done(outcome)
-	w.WriteHeader(http.StatusNoContent)
+	return answer{code: http.StatusNoContent}
 }
 
 type description struct {
@@ -165,11 +179,11 @@ type counts struct {
 	Slow      int64 `json:"slow"`
 }
 
-func (s *Server) describe(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	b, ok := s.breaker(w, name)
-	if !ok {
-		return
+// describe answers GET /v1/breakers/{name}.
+func (s *Server) describe(name string) answer {
+	b, refused := s.breaker(name)
+	if b == nil {
+		return refused
 	}
 	cfg, _ := s.published(name)
 	pub := breakerconfig.FromPolicy(name, cfg.Generation, b.Policy(), cfg.Scope)
@@ -178,11 +192,10 @@ func (s *Server) describe(w http.ResponseWriter, r *http.Request) {
 	}
 	policy, err := policyJSON(pub)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
+		return errorAnswer(http.StatusInternalServerError, err.Error())
 	}
 	c := b.Counts()
-	writeJSON(w, http.StatusOK, description{
+	return jsonAnswer(http.StatusOK, description{
 		Name: name, State: b.State().String(), Mode: pub.Mode,
 		Counts:     counts{Calls: c.Calls, Failures: c.Failures, Successes: c.Successes, Slow: c.Slow},
 		Policy:     policy,
@@ -208,83 +221,85 @@ func policyJSON(c breakerconfig.Config) (json.RawMessage, error) {
 	return json.Marshal(fields)
 }
 
-func (s *Server) trip(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.breaker(w, r.PathValue("name"))
-	if !ok {
-		return
+// trip answers POST /v1/breakers/{name}/trip.
+func (s *Server) trip(name string) answer {
+	b, refused := s.breaker(name)
+	if b == nil {
+		return refused
 	}
 	b.Trip()
-	w.WriteHeader(http.StatusNoContent)
+	return answer{code: http.StatusNoContent}
 }
 
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+var healthy = jsonAnswer(http.StatusOK, status{"ok"})
+
+func (s *Server) readyz() answer {
 	if !s.ready() {
-		writeJSON(w, http.StatusServiceUnavailable, status{"breaker config not loaded yet"})
-		return
+		return jsonAnswer(http.StatusServiceUnavailable, status{"breaker config not loaded yet"})
 	}
-	writeJSON(w, http.StatusOK, status{"ok"})
+	return healthy
 }
 
 // breaker returns the breaker named name, creating it with the default policy if
-// nothing is published under that name (as Registry.Get does), or writes why not.
-func (s *Server) breaker(w http.ResponseWriter, name string) (*breaker.Breaker, bool) {
+// nothing is published under that name (as Registry.Get does); or nil and the answer
+// that says why not.
+func (s *Server) breaker(name string) (*breaker.Breaker, answer) {
 	if b, ok := s.reg.Lookup(name); ok {
-		return b, true
+		return b, answer{}
 	}
 	// Breaker names are CircuitBreaker names (DNS subdomains); anything else could
 	// never be published and would only grow the registry.
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("breaker name %q: %s", name, strings.Join(errs, "; ")))
-		return nil, false
+		return nil, errorAnswer(http.StatusBadRequest, fmt.Sprintf("breaker name %q: %s", name, strings.Join(errs, "; ")))
 	}
 	if _, ok := s.reg.LookupGroup(name); ok {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is a breaker Group, which this API does not serve", name))
-		return nil, false
+		return nil, errorAnswer(http.StatusBadRequest, fmt.Sprintf("%q is a breaker Group, which this API does not serve", name))
 	}
 	if _, published := s.published(name); !published && len(s.reg.Names()) >= s.maxBreakers {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("breaker %q is not published and %d breakers exist already", name, s.maxBreakers))
-		return nil, false
+		return nil, errorAnswer(http.StatusBadRequest, fmt.Sprintf("breaker %q is not published and %d breakers exist already", name, s.maxBreakers))
 	}
-	return s.reg.Get(name), true
+	return s.reg.Get(name), answer{}
 }
 
-// readJSON decodes the request body into v, or writes a 400 or 413 and returns false.
-// With optional, an empty body leaves v as it is.
-func readJSON(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+// readBody reads the request body, or writes a 413 (over MaxBody) or a 400 and returns
+// false.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxBody))
-			return false
+			writeAnswer(w, errorAnswer(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxBody)))
+			return nil, false
 		}
-		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-		return false
+		writeAnswer(w, errorAnswer(http.StatusBadRequest, "reading the request body: "+err.Error()))
+		return nil, false
 	}
-	if optional && len(bytes.TrimSpace(body)) == 0 {
-		return true
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
-		return false
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "malformed JSON body: more than one value")
-		return false
-	}
-	return true
+	return body, true
 }
 
 type errorBody struct {
 	Error string `json:"error"`
 }
 
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, errorBody{msg})
+func errorAnswer(code int, msg string) answer {
+	return jsonAnswer(code, errorBody{msg})
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+func jsonAnswer(code int, v any) answer {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		return answer{code: http.StatusInternalServerError, body: []byte(`{"error":"encoding the answer failed"}` + "\n")}
+	}
+	return answer{code: code, body: buf.Bytes()}
+}
+
+// writeAnswer writes a on net/http.
+func writeAnswer(w http.ResponseWriter, a answer) {
+	if a.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
+	}
+	if a.body != nil {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(a.code)
+	_, _ = w.Write(a.body)
 }

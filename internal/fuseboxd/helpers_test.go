@@ -50,6 +50,12 @@ func testConfig(name string, generation int64, fields string) string {
 
 func startDaemon(t testing.TB, o fuseboxd.Options, configs map[string]string) *daemon {
 	t.Helper()
+	return startDaemonServed(t, o, configs, (*fuseboxd.Server).Serve)
+}
+
+// startDaemonServed is startDaemon with the socket served by serve.
+func startDaemonServed(t testing.TB, o fuseboxd.Options, configs map[string]string, serve func(*fuseboxd.Server, net.Listener) error) *daemon {
+	t.Helper()
 	// Unix socket paths are limited to about 100 bytes, which t.TempDir can exceed.
 	base, err := os.MkdirTemp("", "fbd")
 	if err != nil {
@@ -86,7 +92,7 @@ func startDaemon(t testing.TB, o fuseboxd.Options, configs map[string]string) *d
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- d.srv.Serve(ln) }()
+	go func() { served <- serve(d.srv, ln) }()
 	d.client = unixClient(d.sock)
 	t.Cleanup(func() {
 		if err := d.srv.Shutdown(context.Background()); err != nil {

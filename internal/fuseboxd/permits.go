@@ -49,14 +49,14 @@ func (t *permits) add(done func(error), lease time.Duration, now time.Time) (str
 }
 
 // take removes and returns the done of the permit id, if it is outstanding.
-func (t *permits) take(id string) (func(error), bool) {
+func (t *permits) take(id []byte) (func(error), bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p, ok := t.byID[id]
+	p, ok := t.byID[string(id)]
 	if !ok {
 		return nil, false
 	}
-	delete(t.byID, id)
+	delete(t.byID, p.id)
 	heap.Remove(&t.expiry, p.index)
 	return p.done, true
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
@@ -61,7 +62,19 @@ type Server struct {
 	log         *slog.Logger
 	permits     *permits
 	now         func() time.Time
-	http        *http.Server
+
+	// http serves the connections serveConn hands over (wire.go).
+	http     *http.Server
+	handoff  *handoff
+	httpDate atomic.Pointer[httpDate]
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{} // guarded by mu
+	conns     map[*wireConn]struct{}    // guarded by mu
+
+	namesMu sync.RWMutex
+	names   map[string]string // guarded by namesMu; see name
+	closing atomic.Bool       // set (under mu) by Shutdown
 
 	stop     context.CancelFunc
 	stopped  chan struct{}
@@ -81,6 +94,10 @@ func New(o Options) (*Server, error) {
 		maxBreakers: o.MaxBreakers,
 		log:         o.Logger,
 		stopped:     make(chan struct{}),
+		handoff:     newHandoff(),
+		listeners:   map[net.Listener]struct{}{},
+		conns:       map[*wireConn]struct{}{},
+		names:       map[string]string{},
 	}
 	if s.published == nil {
 		s.published = func(string) (breakerconfig.Config, bool) { return breakerconfig.Config{}, false }
@@ -109,10 +126,11 @@ func New(o Options) (*Server, error) {
 	}
 	s.http = &http.Server{
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	go func() { _ = s.http.Serve(s.handoff) }()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	go func() {
@@ -124,10 +142,53 @@ func New(o Options) (*Server, error) {
 
 // Serve accepts connections on ln until Shutdown; it returns nil after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		return ln.Close()
 	}
-	return nil
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		conn, err := ln.Accept()
+		switch {
+		case err == nil:
+			backoff = 0
+			go s.serveConn(conn)
+		case s.closing.Load():
+			return nil
+		case errors.Is(err, net.ErrClosed):
+			return err
+		default:
+			// Out of file descriptors, or a connection aborted before it was
+			// accepted: wait, as net/http does, rather than end the service.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Debug("Accepting a connection failed; retrying", "error", err, "in", backoff)
+			time.Sleep(backoff)
+		}
+	}
+}
+
+// track adds c to the connections Shutdown waits for, or removes it; adding reports
+// false once Shutdown has begun.
+func (s *Server) track(c *wireConn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !add {
+		delete(s.conns, c)
+		return true
+	}
+	if s.closing.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
 }
 
 // Outstanding is how many permits are waiting for their outcome.
@@ -139,7 +200,8 @@ func (s *Server) Outstanding() int { return s.permits.len() }
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutOnce.Do(func() {
-		err = s.http.Shutdown(ctx)
+		err = errors.Join(s.shutdownWire(ctx), s.http.Shutdown(ctx))
+		_ = s.handoff.Close()
 		n := s.permits.close()
 		s.stop()
 		<-s.stopped
@@ -148,6 +210,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// shutdownWire closes the listeners and the idle connections, and waits (within ctx)
+// for the connections answering a request, which close once they have answered.
+func (s *Server) shutdownWire(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing.Store(true)
+	for ln := range s.listeners {
+		_ = ln.Close()
+	}
+	s.mu.Unlock()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		for c := range s.conns {
+			if c.state.CompareAndSwap(0, 2) {
+				_ = c.conn.Close()
+			}
+		}
+		left := len(s.conns)
+		s.mu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // ListenUnix listens on the Unix socket path, replacing a socket a previous run left

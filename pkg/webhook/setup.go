@@ -80,6 +80,10 @@ type Options struct {
 	CAValidity, CertValidity, PropagationDelay, ResyncInterval time.Duration
 	// BootstrapTimeout bounds Setup's wait for the certificate Secret.
 	BootstrapTimeout time.Duration
+
+	// SidecarImage is the fuseboxd image the pod webhook injects into pods annotated
+	// fusebox.dev/sidecar: "true".
+	SidecarImage string
 }
 
 // DefaultOptions returns the defaults: webhooks off, and otherwise what
@@ -98,6 +102,7 @@ func DefaultOptions() Options {
 		CAValidity:                     certs.DefaultCAValidity,
 		CertValidity:                   certs.DefaultCertValidity,
 		BootstrapTimeout:               time.Minute,
+		SidecarImage:                   podinject.DefaultSidecarImage,
 	}
 }
 
@@ -142,6 +147,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MutatingWebhookConfiguration, "mutating-webhook-configuration", o.MutatingWebhookConfiguration, "MutatingWebhookConfiguration whose caBundle is set (self-signed).")
 	fs.StringVar(&o.ValidatingWebhookConfiguration, "validating-webhook-configuration", o.ValidatingWebhookConfiguration, "ValidatingWebhookConfiguration whose caBundle is set (self-signed).")
 	fs.DurationVar(&o.CAValidity, "webhook-ca-validity", o.CAValidity, "Validity of the webhook CA, renewed at two thirds (self-signed).")
+	fs.StringVar(&o.SidecarImage, "fuseboxd-image", o.SidecarImage, "Image of the fuseboxd sidecar the pod webhook injects into pods annotated fusebox.dev/sidecar: \"true\" (docs/fuseboxd.md).")
 	fs.DurationVar(&o.CertValidity, "webhook-cert-validity", o.CertValidity, "Validity of the webhook serving certificate, renewed at two thirds (self-signed).")
 }
 
@@ -182,7 +188,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := circuitbreaker.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("webhook: CircuitBreaker: %w", err)
 	}
-	if err := podinject.SetupWithManager(mgr); err != nil {
+	if err := podinject.SetupWithManager(mgr, o.SidecarImage); err != nil {
 		return fmt.Errorf("webhook: pod injection: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {

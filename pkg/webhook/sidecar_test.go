@@ -11,6 +11,9 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/webhook/podinject"
 )
 
+// sidecarImage is the suite manager's --fuseboxd-image, not the default.
+const sidecarImage = "registry.example.com/platform/fuseboxd:v1.2.3"
+
 var _ = Describe("Sidecar injection", func() {
 	It("gives a pod annotated fusebox.dev/sidecar the fuseboxd native sidecar and its socket in every container", func() {
 		ns := newNamespace()
@@ -23,6 +26,7 @@ var _ = Describe("Sidecar injection", func() {
 		Expect(p.Spec.InitContainers).To(HaveLen(1))
 		sc := p.Spec.InitContainers[0]
 		Expect(sc.Name).To(Equal(podinject.SidecarName))
+		Expect(sc.Image).To(Equal(sidecarImage), "the manager's --fuseboxd-image")
 		Expect(sc.RestartPolicy).NotTo(BeNil())
 		Expect(*sc.RestartPolicy).To(Equal(corev1.ContainerRestartPolicyAlways))
 		Expect(injected(sc)).To(BeTrue(), "the sidecar gets the config and the pod's identity: %+v", sc)

@@ -69,6 +69,7 @@ var _ = BeforeSuite(func() {
 	opts := webhook.DefaultOptions()
 	opts.CertMode = webhook.CertModeExternal
 	opts.Host, opts.Port, opts.CertDir = wio.LocalServingHost, wio.LocalServingPort, wio.LocalServingCertDir
+	opts.SidecarImage = sidecarImage
 	startManager(opts)
 })
 

@@ -45,6 +45,12 @@ func readManifests(path string) []*unstructured.Unstructured {
 	GinkgoHelper()
 	data, err := os.ReadFile(path)
 	Expect(err).NotTo(HaveOccurred())
+	return decodeManifests(data, path)
+}
+
+// decodeManifests decodes multi-document YAML; what names it in a failure.
+func decodeManifests(data []byte, what string) []*unstructured.Unstructured {
+	GinkgoHelper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var objs []*unstructured.Unstructured
 	for {
@@ -53,7 +59,7 @@ func readManifests(path string) []*unstructured.Unstructured {
 		if errors.Is(err, io.EOF) {
 			return objs
 		}
-		Expect(err).NotTo(HaveOccurred(), "parse %s", path)
+		Expect(err).NotTo(HaveOccurred(), "parse %s", what)
 		if len(u.Object) > 0 {
 			objs = append(objs, u)
 		}

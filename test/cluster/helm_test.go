@@ -44,10 +44,16 @@ func loadChart() *chart.Chart {
 
 // imageValues is `--set image.repository=... --set image.tag=...` for ref, with the pull
 // policy the chart defaults to: the node has the image already (hack/cluster.sh load),
-// and IfNotPresent never asks a registry for it.
+// and IfNotPresent never asks a registry for it. With -fuseboxd-image, the sidecar's
+// image too (fuseboxd.image), which the node has as well.
 func imageValues(ref string) map[string]any {
 	repository, tag := splitImage(ref)
-	return map[string]any{"image": map[string]any{"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}
+	values := map[string]any{"image": map[string]any{"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}
+	if *fuseboxdImage != "" {
+		repository, tag := splitImage(*fuseboxdImage)
+		values["fuseboxd"] = map[string]any{"image": map[string]any{"repository": repository, "tag": tag}}
+	}
+	return values
 }
 
 // helmInstall is `helm install fusebox dist/chart --namespace fusebox-system

@@ -31,15 +31,17 @@ import (
 // What the run is given. make test-cluster sets every one; run by hand, the suite says
 // which is missing.
 var (
-	repoRoot     = flag.String("root", envOr("FUSEBOX_ROOT", "../.."), "The repository root (dist/chart, examples/in-cluster).")
-	image        = flag.String("image", os.Getenv("FUSEBOX_IMAGE"), "The manager image `make image` built and hack/cluster.sh loaded (repository:tag).")
-	rebuiltImage = flag.String("rebuilt-image", os.Getenv("FUSEBOX_REBUILT_IMAGE"), "A rebuild of the manager image under another tag, for `helm upgrade`.")
-	exampleImage = flag.String("example-image", os.Getenv("FUSEBOX_EXAMPLE_IMAGE"), "The example application's image, when not the one examples/in-cluster/deploy/app.yaml names.")
-	kubectlBin   = flag.String("kubectl", envOr("KUBECTL", "kubectl"), "The kubectl binary.")
-	timingsOut   = flag.String("timings", os.Getenv("CLUSTER_TIMINGS"), "Append the measured timings to this file (markdown table rows).")
-	hostBaseline = flag.String("host-baseline", os.Getenv("CLUSTER_HOST_BASELINE"), "The host snapshot taken before `hack/cluster.sh up`: the spec labelled host compares the host with it.")
-	hostSnapshot = flag.String("host-snapshot", "", "Write a snapshot of the host to this file and exit (before `hack/cluster.sh up`).")
-	clusterState = flag.String("cluster-state", os.Getenv("CLUSTER_STATE_DIR"), "The cluster's state directory: files under it are the cluster's own.")
+	repoRoot      = flag.String("root", envOr("FUSEBOX_ROOT", "../.."), "The repository root (dist/chart, examples/in-cluster).")
+	image         = flag.String("image", os.Getenv("FUSEBOX_IMAGE"), "The manager image `make image` built and hack/cluster.sh loaded (repository:tag).")
+	rebuiltImage  = flag.String("rebuilt-image", os.Getenv("FUSEBOX_REBUILT_IMAGE"), "A rebuild of the manager image under another tag, for `helm upgrade`.")
+	exampleImage  = flag.String("example-image", os.Getenv("FUSEBOX_EXAMPLE_IMAGE"), "The example application's image, when not the one examples/in-cluster/deploy/app.yaml names.")
+	fuseboxdImage = flag.String("fuseboxd-image", os.Getenv("FUSEBOXD_IMAGE"), "The fuseboxd sidecar image `make image-fuseboxd` built and hack/cluster.sh loaded; the chart is installed with it.")
+	workerImage   = flag.String("worker-image", os.Getenv("WORKER_IMAGE"), "The image of hack/fuseboxd-worker, the client of the sidecar's socket, built by hack/image and loaded.")
+	kubectlBin    = flag.String("kubectl", envOr("KUBECTL", "kubectl"), "The kubectl binary.")
+	timingsOut    = flag.String("timings", os.Getenv("CLUSTER_TIMINGS"), "Append the measured timings to this file (markdown table rows).")
+	hostBaseline  = flag.String("host-baseline", os.Getenv("CLUSTER_HOST_BASELINE"), "The host snapshot taken before `hack/cluster.sh up`: the spec labelled host compares the host with it.")
+	hostSnapshot  = flag.String("host-snapshot", "", "Write a snapshot of the host to this file and exit (before `hack/cluster.sh up`).")
+	clusterState  = flag.String("cluster-state", os.Getenv("CLUSTER_STATE_DIR"), "The cluster's state directory: files under it are the cluster's own.")
 )
 
 func envOr(name, def string) string {

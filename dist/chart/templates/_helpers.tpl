@@ -9,3 +9,8 @@
 {{- define "fusebox.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end }}
+
+{{/* The fuseboxd sidecar image: the tag defaults to the chart's appVersion too. */}}
+{{- define "fusebox.fuseboxdImage" -}}
+{{- printf "%s:%s" .Values.fuseboxd.image.repository (.Values.fuseboxd.image.tag | default .Chart.AppVersion) -}}
+{{- end }}

@@ -21,7 +21,8 @@
 // fusebox-socket, mounted at /var/run/fusebox in it, in every container and in every
 // sidecar init container, where the application finds its socket. The application's
 // containers get the configuration too only with fusebox.dev/inject as well. The image
-// is Injector.SidecarImage (DefaultSidecarImage when empty).
+// is Injector.SidecarImage (DefaultSidecarImage when empty), which the manager's
+// --fuseboxd-image flag and the chart's fuseboxd.image values set.
 //
 // The webhook never replaces what the pod already has: a volume, a mount at
 // /etc/fusebox or an environment variable of the same name that differs from

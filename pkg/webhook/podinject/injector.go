@@ -252,8 +252,9 @@ func (p *planner) env(at, kind string, c *corev1.Container) {
 	}
 }
 
-// SetupWithManager serves the injector on mgr's webhook server, at Path.
-func SetupWithManager(mgr ctrl.Manager) error {
-	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: Injector{}})
+// SetupWithManager serves the injector on mgr's webhook server, at Path, injecting
+// sidecarImage as the fuseboxd sidecar (empty: DefaultSidecarImage).
+func SetupWithManager(mgr ctrl.Manager, sidecarImage string) error {
+	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: Injector{SidecarImage: sidecarImage}})
 	return nil
 }

@@ -22,7 +22,7 @@ const (
 )
 
 // Requests of the sidecar: the daemon idles at a few millicores, and its resident
-// memory with 100 breakers is about 28 MiB (docs/benchmarks.md, "fuseboxd"). No limits:
+// memory with 100 breakers is about 26 MiB (docs/benchmarks.md, "fuseboxd"). No limits:
 // a sidecar throttled or killed under a burst would fail every worker's calls open.
 var sidecarRequests = corev1.ResourceList{
 	corev1.ResourceCPU:    resource.MustParse("10m"),
