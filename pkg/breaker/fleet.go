@@ -58,14 +58,14 @@ func (b *Breaker) Fleet() (Fleet, bool) {
 // Traffic returns what the breaker's window holds for the fleet (see [Traffic]). While the
 // circuit is open or half-open it is zero: the window is the closed state's. With a retry
 // budget or throttling configured, it is the tally those count on (docs/semantics.md):
-// Requests are the calls asked of the closed breaker (admitted, whatever their outcome, or
-// throttled), Accepts its successes, Retries the retries AllowRetry allowed; without either,
+// Requests are the calls asked of the closed breaker (admitted ones counted when they finish,
+// whatever their outcome; throttled ones when refused), Accepts its successes, Retries the retries AllowRetry allowed; without either,
 // Requests and Accepts are the failure window's recorded calls and successes, and Retries
 // and Throttled are 0. It never takes the breaker's lock when a tally is kept.
 func (b *Breaker) Traffic() Traffic {
 	if p := b.cur.Load(); p.tally != nil {
 		_, c := p.tally.window(b.now())
-		return Traffic{Requests: c.requests(), Accepts: c.accepts, Retries: c.retries, Throttled: c.throttled}
+		return Traffic{Requests: c.requests, Accepts: c.accepts, Retries: c.retries, Throttled: c.throttled}
 	}
 	now := b.now()
 	b.mu.Lock()

@@ -63,9 +63,9 @@ func (b *Breaker) takeRetry() (refusal error, ok bool) {
 		return nil, true
 	}
 	now := b.now()
-	share := b.retryFloorShare(p)
 	for {
 		bk, c := p.tally.window(now)
+		share := b.retryFloorShare(p, p.tally.span(now, bk))
 		if float64(c.retries+1) > float64(p.budget.Percent)/100*float64(c.firstAttempts())+share {
 			b.notifyRetry(false)
 			return nil, false
@@ -77,14 +77,17 @@ func (b *Breaker) takeRetry() (refusal error, ok bool) {
 	}
 }
 
-// retryFloorShare is this pod's share of the fleet's floor over one window: MinPerSecond ×
-// window / pods, with pods 1 until the operator has said how many there are.
-func (b *Breaker) retryFloorShare(p *period) float64 {
+// retryFloorShare is this pod's share of the fleet's floor over the span the window covers
+// (tally.span, in nanoseconds): MinPerSecond × span / pods, with pods 1 until the operator
+// has said how many there are. Scaling the floor with the span, rather than granting one
+// window's worth over a window that covers up to two, makes it a rate: the fleet's floor
+// retries come to MinPerSecond a second, not half of it.
+func (b *Breaker) retryFloorShare(p *period, span int64) float64 {
 	pods := 1
 	if f := b.fleet.Load(); f != nil && f.Pods > 0 {
 		pods = f.Pods
 	}
-	return float64(p.budget.MinPerSecond) * p.window.Seconds() / float64(pods)
+	return float64(p.budget.MinPerSecond) * (float64(span) / 1e9) / float64(pods)
 }
 
 func (b *Breaker) notifyRetry(allowed bool) {

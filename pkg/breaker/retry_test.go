@@ -34,48 +34,55 @@ func retriesAllowed(t *testing.T, b *Breaker) int {
 	return n
 }
 
-// Over the window, retries ≤ Percent% of first attempts + MinPerSecond × window / pods, with
-// pods 1 until SetFleet; the window spans the live bucket and the one before.
+// Over the window, retries ≤ Percent% of first attempts + MinPerSecond × span / pods, with
+// pods 1 until SetFleet; the window is the live bucket and the one before, and its span is
+// from the start of the one before (or from when counting began) to now.
 func TestRetryBudgetArithmetic(t *testing.T) {
 	b, clk := budgetFixture(t, RetryBudget{Percent: 20, MinPerSecond: 1})
-	// Pods unknown: the whole floor, 1/s × 10s.
-	if n := retriesAllowed(t, b); n != 10 {
-		t.Fatalf("floor alone, pods unknown: %d retries, want 10", n)
+	if n := retriesAllowed(t, b); n != 0 {
+		t.Fatalf("nothing counted yet, nothing spanned: %d retries, want 0", n)
 	}
-	clk.Advance(20 * time.Second)
+	clk.Advance(10 * time.Second) // t = 10s: the window spans [0, 10s)
+	if n := retriesAllowed(t, b); n != 10 {
+		t.Fatalf("floor alone over 10s, pods unknown: %d retries, want 10", n)
+	}
+	clk.Advance(10 * time.Second) // t = 20s: [10s, 20s) holds those 10 retries
+	if n := retriesAllowed(t, b); n != 0 {
+		t.Fatalf("the floor's 10 for [10s, 20s] are spent: %d more, want 0", n)
+	}
+	clk.Advance(20 * time.Second) // t = 40s: an empty window spanning 10s
 	b.SetFleet(Fleet{Pods: 4})
 	for range 50 {
 		_ = b.Execute(context.Background(), fail)
 	}
-	// 20% of 50 first attempts + 10/4: 12.5, so 12. Retries are calls but not first
-	// attempts, so making them does not raise the allowance.
+	// 20% of 50 first attempts + 1/s × 10s / 4: 12.5, so 12. Retries are calls but not
+	// first attempts, so making them does not raise the allowance.
 	if n := retriesAllowed(t, b); n != 12 {
 		t.Fatalf("50 first attempts, 4 pods: %d retries, want 12", n)
 	}
 	if tr := b.Traffic(); tr.Requests != 62 || tr.Retries != 12 {
 		t.Fatalf("Traffic() = %+v, want 62 requests of which 12 retries", tr)
 	}
-	// One bucket later the first attempts and the retries are still in the window.
-	clk.Advance(10 * time.Second)
-	if n := retriesAllowed(t, b); n != 0 {
-		t.Fatalf("next bucket: %d more retries, want 0", n)
+	clk.Advance(5 * time.Second) // t = 45s: the span is 15s, the share 3.75
+	if n := retriesAllowed(t, b); n != 1 {
+		t.Fatalf("5s later: %d more retries, want 1", n)
 	}
+	clk.Advance(10 * time.Second) // t = 55s: [40s, 50s) is the bucket before
 	for range 50 {
 		_ = b.Execute(context.Background(), fail)
 	}
-	// 100 first attempts in the two buckets: 20 + 2.5 = 22, 12 taken.
+	// 100 first attempts in the two buckets: 20 + 3.75 = 23.75, 13 taken.
 	if n := retriesAllowed(t, b); n != 10 {
 		t.Fatalf("100 first attempts over both buckets: %d more retries, want 10", n)
 	}
-	// Two buckets on, the window is empty again: the floor's share alone.
-	clk.Advance(20 * time.Second)
-	if n := retriesAllowed(t, b); n != 2 {
-		t.Fatalf("empty window, 4 pods: %d retries, want 2", n)
+	clk.Advance(20 * time.Second) // t = 75s: nothing in [60s, 75s]
+	if n := retriesAllowed(t, b); n != 3 {
+		t.Fatalf("empty window spanning 15s, 4 pods: %d retries, want 3", n)
 	}
 	b.SetFleet(Fleet{Pods: 200})
 	clk.Advance(20 * time.Second)
 	if n := retriesAllowed(t, b); n != 0 {
-		t.Fatalf("a 200-pod fleet's floor share is 0.05 a window: %d retries", n)
+		t.Fatalf("a 200-pod fleet's floor share is 0.075 over 15s: %d retries", n)
 	}
 }
 
@@ -100,6 +107,14 @@ func TestAllowRetryWithoutBudgetAndWhileOpen(t *testing.T) {
 	}
 }
 
+// generousBudget is a budget that a test's few retries never spend: 100 a second, over a
+// window that has spanned a second.
+func generousBudget(t *testing.T) *Breaker {
+	b, clk := budgetFixture(t, RetryBudget{Percent: 100, MinPerSecond: 100})
+	clk.Advance(time.Second)
+	return b
+}
+
 type retryAfterErr struct{ d time.Duration }
 
 func (e retryAfterErr) Error() string             { return "slow down" }
@@ -108,7 +123,7 @@ func (e retryAfterErr) RetryAfter() time.Duration { return e.d }
 func TestRetryOutcomes(t *testing.T) {
 	ctx := context.Background()
 	t.Run("succeeds on the third attempt", func(t *testing.T) {
-		b, _ := budgetFixture(t, RetryBudget{Percent: 100, MinPerSecond: 100})
+		b := generousBudget(t)
 		n := 0
 		err := Retry(ctx, b, 3, func(context.Context) error {
 			if n++; n < 3 {
@@ -155,7 +170,7 @@ func TestRetryOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("attempts used up", func(t *testing.T) {
-		b, _ := budgetFixture(t, RetryBudget{Percent: 100, MinPerSecond: 100})
+		b := generousBudget(t)
 		n := 0
 		err := Retry(ctx, b, 4, func(context.Context) error { n++; return errBoom }, WithBackoff(0, 0))
 		if n != 4 || err != errBoom {
@@ -163,7 +178,7 @@ func TestRetryOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("honours Retry-After", func(t *testing.T) {
-		b, _ := budgetFixture(t, RetryBudget{Percent: 100, MinPerSecond: 100})
+		b := generousBudget(t)
 		n := 0
 		start := time.Now()
 		// An hour's backoff would time the test out: the 30ms the error asks for is used.
@@ -178,7 +193,7 @@ func TestRetryOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("a Retry-After beyond the limit ends the retries", func(t *testing.T) {
-		b, _ := budgetFixture(t, RetryBudget{Percent: 100, MinPerSecond: 100})
+		b := generousBudget(t)
 		n := 0
 		want := retryAfterErr{time.Minute}
 		err := Retry(ctx, b, 3, func(context.Context) error { n++; return want }, WithMaxRetryAfter(time.Second))
@@ -187,7 +202,7 @@ func TestRetryOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("cancelled during backoff", func(t *testing.T) {
-		b, _ := budgetFixture(t, RetryBudget{Percent: 100, MinPerSecond: 100})
+		b := generousBudget(t)
 		ctx, cancel := context.WithCancel(ctx)
 		time.AfterFunc(20*time.Millisecond, cancel)
 		start := time.Now()

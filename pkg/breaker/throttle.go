@@ -1,9 +1,6 @@
 package breaker
 
-import (
-	"math/rand/v2"
-	"time"
-)
+import "math/rand/v2"
 
 // Adaptive throttling (docs/design.md §5.16): a closed breaker rejects a call locally with
 // probability max(0, (requests − k × accepts) / (requests + 1)) over the window, so that a
@@ -24,8 +21,6 @@ type beyond struct {
 	minThroughput int64
 	// budget is the retry budget; nil: retries are not budgeted.
 	budget *RetryBudget
-	// window is the policy's window, for the retry budget's floor.
-	window time.Duration
 	// retryRefusal is the error a retry is refused with while the circuit refuses calls
 	// (open under Enforce or ForcedOpen), until halfOpenAt; nil when it does not.
 	retryRefusal error
@@ -42,7 +37,6 @@ func (b *Breaker) publishBeyond(p *period) {
 	}
 	p.minThroughput = int64(pol.MinimumThroughput)
 	p.budget = pol.RetryBudget
-	p.window = pol.Window
 	if b.state == Open {
 		switch pol.Mode {
 		case ModeEnforce:
@@ -82,33 +76,37 @@ func (b *Breaker) updateTally(now int64, widthChanged bool) {
 
 // admitTallied is admit's closed path when the tally counts.
 func (b *Breaker) admitTallied(p *period) (ticket, error) {
-	if b.throttled(p, b.now()) {
+	if p.throttleK != 0 && b.throttled(p, b.now()) {
 		return ticket{}, b.errThrottled
 	}
 	return ticket{p, true}, nil
 }
 
-// throttled counts one request asked of the closed breaker in p's tally and reports whether
-// adaptive throttling rejects it. The probability is judged on the requests and accepts
-// before this one (the +1 of the formula is this one), and on the fleet's figures when the
-// pod's window holds fewer than MinimumThroughput requests and the fleet's are known.
+// throttled reports whether adaptive throttling rejects a call asked of the closed breaker,
+// and counts it as a request if so; an admitted call is counted when it finishes
+// (tallyOutcome), with its outcome, in one atomic add. The probability is judged on the
+// requests and accepts before this one (the +1 of the formula is this one), and on the
+// fleet's figures when the pod's window holds fewer than MinimumThroughput requests and the
+// fleet's are known.
 func (b *Breaker) throttled(p *period, now int64) bool {
 	if p.throttleK == 0 {
-		p.tally.at(now).admitted.Add(1)
 		return false
 	}
-	bk, c := p.tally.window(now)
-	requests, accepts := c.requests(), c.accepts
+	bk, requests, accepts := p.tally.requestsAccepts(now)
 	if requests < p.minThroughput {
 		if f := b.fleet.Load(); f != nil {
 			requests, accepts = f.Requests, f.Accepts
 		}
 	}
-	if pr := throttleProbability(requests, accepts, p.throttleK); pr > 0 && b.random() < pr {
+	// A healthy window (requests ≤ k × accepts) costs no division and no draw.
+	if float64(requests) <= p.throttleK*float64(accepts) {
+		return false
+	}
+	if b.random() < throttleProbability(requests, accepts, p.throttleK) {
+		bk.traffic.Add(oneRequest)
 		bk.throttled.Add(1)
 		return true
 	}
-	bk.admitted.Add(1)
 	return false
 }
 
@@ -118,12 +116,15 @@ func throttleProbability(requests, accepts int64, k float64) float64 {
 	return max(0, (r-k*float64(accepts))/(r+1))
 }
 
-// tallyOutcome counts an admitted call's success (§5.6: a nil error, or one the classifier
-// does not count as a failure, except context.Canceled) as an accept.
+// tallyOutcome counts a finished call as a request, and as an accept when it succeeded
+// (§5.6: a nil error, or one the classifier does not count as a failure, except
+// context.Canceled).
 func (b *Breaker) tallyOutcome(p *period, err error, panicked bool) {
+	d := uint64(oneRequest)
 	if !panicked && (err == nil || b.classify(err, false) == OutcomeSuccess) {
-		p.tally.at(b.now()).accepts.Add(1)
+		d += oneAccept
 	}
+	p.tally.at(b.now()).traffic.Add(d)
 }
 
 func (b *Breaker) random() float64 {
