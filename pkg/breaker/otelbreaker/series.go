@@ -130,4 +130,3 @@ func newSeries(name string) *series {
 	}
 	return s
 }
-
