@@ -88,7 +88,7 @@ type quotesAPI struct {
 
 func newQuotesAPI() *quotesAPI {
 	a := &quotesAPI{flaky: -1}
-	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		a.mu.Lock()
 		a.count++
 		fail := false

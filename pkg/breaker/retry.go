@@ -48,19 +48,19 @@ type RetryObserver interface {
 // and while half-open (the probe cap bounds retries then), it always allows. The retry
 // itself is then a call like any other, made through Execute, Allow or Call.
 func (b *Breaker) AllowRetry() bool {
-	refusal, ok := b.takeRetry()
+	ok, refusal := b.takeRetry()
 	return ok && refusal == nil
 }
 
 // takeRetry is AllowRetry, telling a refusal of the circuit (refusal, the error Execute
 // would return) from one of the budget (ok false).
-func (b *Breaker) takeRetry() (refusal error, ok bool) {
+func (b *Breaker) takeRetry() (ok bool, refusal error) {
 	p := b.cur.Load()
 	if p.retryRefusal != nil && b.now() < p.halfOpenAt {
-		return p.retryRefusal, false
+		return false, p.retryRefusal
 	}
 	if p.budget == nil || p.tally == nil {
-		return nil, true
+		return true, nil
 	}
 	now := b.now()
 	for {
@@ -68,11 +68,11 @@ func (b *Breaker) takeRetry() (refusal error, ok bool) {
 		share := b.retryFloorShare(p, p.tally.span(now, bk))
 		if float64(c.retries+1) > float64(p.budget.Percent)/100*float64(c.firstAttempts())+share {
 			b.notifyRetry(false)
-			return nil, false
+			return false, nil
 		}
 		if r := bk.retries.Load(); bk.retries.CompareAndSwap(r, r+1) {
 			b.notifyRetry(true)
-			return nil, true
+			return true, nil
 		}
 	}
 }
@@ -116,10 +116,10 @@ type retryOptions struct {
 }
 
 // WithBackoff sets Retry's exponential backoff: the n-th retry waits up to min(base ×
-// 2^(n-1), max), jittered (FullJitter unless WithJitter says otherwise). The default is a
+// 2^(n-1), ceiling), jittered (FullJitter unless WithJitter says otherwise). The default is a
 // 50ms base and a 2s cap; WithBackoff(0, 0) retries at once.
-func WithBackoff(base, max time.Duration) RetryOption {
-	return func(o *retryOptions) { o.base, o.cap = base, max }
+func WithBackoff(base, ceiling time.Duration) RetryOption {
+	return func(o *retryOptions) { o.base, o.cap = base, ceiling }
 }
 
 // WithJitter sets how Retry spreads its waits; the default is FullJitter.
@@ -158,7 +158,7 @@ func Retry(ctx context.Context, b *Breaker, attempts int, fn func(context.Contex
 			wait = ra.RetryAfter()
 		}
 		// The budget is asked before the wait: a refused retry is not worth waiting for.
-		if refusal, ok := b.takeRetry(); refusal != nil {
+		if ok, refusal := b.takeRetry(); refusal != nil {
 			return refusal
 		} else if !ok {
 			return &RetryBudgetError{Breaker: b.name, Last: err}

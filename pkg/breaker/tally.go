@@ -62,14 +62,14 @@ func (t *tally) newBucket(idx int64) *tallyBucket {
 // clock reading is a tick late) counts in the live bucket: it happened at its start, near
 // enough.
 func (t *tally) at(now int64) *tallyBucket {
-	live := t.live.Load()
-	if now >= live.start && now < live.end {
+	if live := t.live.Load(); now >= live.start && now < live.end {
 		return live
 	}
-	return t.roll(now, live)
+	return t.roll(now)
 }
 
-func (t *tally) roll(now int64, live *tallyBucket) *tallyBucket {
+func (t *tally) roll(now int64) *tallyBucket {
+	live := t.live.Load()
 	idx := floorDiv(now, t.width)
 	if idx <= live.idx {
 		return live
