@@ -19,7 +19,10 @@ func TestStressThrottleAndRetries(t *testing.T) {
 		if observed {
 			opts = append(opts, WithObserver(&countingObserver{}))
 		}
-		p := Policy{FailureRatio: 1, MinimumThroughput: 1 << 30, RetryBudget: &RetryBudget{Percent: 30, MinPerSecond: 5}, Throttle: &Throttle{K: 1.5}}
+		// A third of the attempts succeed: with k at most 2 throttling rejects some calls
+		// whatever the updater last set, and the circuit (opening only on a window of
+		// failures alone) stays closed.
+		p := Policy{FailureRatio: 1, MinimumThroughput: 200, RetryBudget: &RetryBudget{Percent: 30, MinPerSecond: 5}, Throttle: &Throttle{K: 1.5}}
 		b, err := New("stress", p, opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -61,7 +64,7 @@ func TestStressThrottleAndRetries(t *testing.T) {
 				default:
 				}
 				q := p
-				q.Throttle = &Throttle{K: 1.5 + float64(i%3)}
+				q.Throttle = &Throttle{K: 1.5 + float64(i%2)/2}
 				if err := b.Update(q); err != nil {
 					t.Error(err)
 				}

@@ -114,7 +114,9 @@ func (t *tally) prev(cur *tallyBucket) *tallyBucket {
 // requestsAccepts returns the live bucket at now, and the requests and accepts of it and
 // the bucket before it: what throttling judges on every call, in two loads.
 func (t *tally) requestsAccepts(now int64) (cur *tallyBucket, requests, accepts int64) {
-	cur = t.at(now)
+	if cur = t.live.Load(); now < cur.start || now >= cur.end {
+		cur = t.roll(now)
+	}
 	w := cur.traffic.Load()
 	if p := t.prev(cur); p != nil {
 		w += p.traffic.Load()

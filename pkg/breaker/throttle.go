@@ -121,10 +121,15 @@ func throttleProbability(requests, accepts int64, k float64) float64 {
 // context.Canceled).
 func (b *Breaker) tallyOutcome(p *period, err error, panicked bool) {
 	d := uint64(oneRequest)
-	if !panicked && (err == nil || b.classify(err, false) == OutcomeSuccess) {
+	if err == nil && !panicked || err != nil && !panicked && b.classify(err, false) == OutcomeSuccess {
 		d += oneAccept
 	}
-	p.tally.at(b.now()).traffic.Add(d)
+	now := b.now()
+	bk := p.tally.live.Load()
+	if now < bk.start || now >= bk.end {
+		bk = p.tally.roll(now)
+	}
+	bk.traffic.Add(d)
 }
 
 func (b *Breaker) random() float64 {
