@@ -145,12 +145,13 @@ func (t *tally) window(now int64) (*tallyBucket, trafficCounts) {
 func (c trafficCounts) firstAttempts() int64 { return max(c.requests-c.throttled-c.retries, 0) }
 
 // reindexed re-cuts t for a new width as the failure window is re-cut: what the live bucket
-// holds becomes the new-width bucket holding now, the bucket before stays the one before,
+// at now holds becomes the new-width bucket holding now, the bucket before stays the one before,
 // and both age out under the new width.
 func (t *tally) reindexed(width, now int64) *tally {
 	n := newTally(width, now)
 	n.origin = t.origin
-	old := t.live.Load()
+	old := t.at(now) // rolled under the old width first, as Update rolls the failure window
+
 	cur := n.live.Load()
 	cur.add(old)
 	if prev := t.prev(old); prev != nil {
