@@ -5,7 +5,9 @@
 // answers instead of failing.
 //
 // It starts a local users API, asks it for users that exist and users that do not, makes
-// it fail and recover, and prints each answer and every change of the circuit's state:
+// it fail and recover, and prints each answer and every change of the circuit's state.
+// Then it retries the requests to a flaky quotes API through a retry budget, until the
+// budget refuses a retry (retry.go):
 //
 //	go run ./examples/http-api
 package main
@@ -121,7 +123,7 @@ func run(ctx context.Context, out io.Writer) error {
 		get([]string{"1", "2"}[i%2])
 	}
 	get("3")
-	return nil
+	return retryWithinBudget(ctx, out)
 }
 
 // user is what the API answers.

@@ -31,6 +31,23 @@ func TestRun(t *testing.T) {
 	)
 }
 
+// TestRetryBudget checks the retry chapter: the flaky API's failures are retried while the
+// retries stay within 20% of the first attempts, and then the budget refuses one, so the
+// caller gets the 503 of a request sent once.
+func TestRetryBudget(t *testing.T) {
+	var out bytes.Buffer
+	if err := retryWithinBudget(context.Background(), &out); err != nil {
+		t.Fatalf("retryWithinBudget: %v\n%s", err, &out)
+	}
+	t.Logf("output:\n%s", &out)
+	inOrder(t, out.String(),
+		"quotes 1 to 10 answered, each sent once",
+		"quote 11: \"the best way out is always through\" (sent twice)",
+		"quote 12: \"the best way out is always through\" (sent twice)",
+		"quote 13: the API answered 503 Service Unavailable, sent once: the budget refused a retry (2 retries made; 20% of 13 first attempts allows 2.6)",
+	)
+}
+
 // TestNarrationOrder checks that each transition is printed after the request that caused
 // it, and a transition to half-open before the probe it lets through: the sixth 503 comes
 // before "6 of the last 12 calls failed", not after it.

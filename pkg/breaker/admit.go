@@ -14,6 +14,7 @@ const (
 	admitSlow      admitKind = iota // take the lock (half-open, MetricsOnly open, call observers)
 	admitClosed                     // admit, and record successes lock-free
 	admitOpenUntil                  // refuse until halfOpenAt, then take the lock to go half-open
+	admitTallied                    // closed with a retry budget or throttling: count, maybe throttle (throttle.go)
 )
 
 // period is an immutable snapshot of what the call path needs about the current state
@@ -39,6 +40,7 @@ type period struct {
 	// done funcs handed out by Allow, built once per period so that Allow allocates nothing.
 	doneRecorded func(error)
 	doneIgnored  func(error)
+	beyond       // the retry budget and adaptive throttling (throttle.go)
 }
 
 func (p *period) finishRecorded(err error) { p.b.finish(ticket{p, true}, err, false, 0) }
@@ -63,9 +65,12 @@ func (b *Breaker) publish() {
 		p.slow = int64(d)
 		p.exact = b.clock == nil && d < coarseEnough
 	}
+	b.publishBeyond(p)
 	switch {
 	case observed:
 		p.admit = admitSlow
+	case b.state == Closed && p.tally != nil:
+		p.admit = admitTallied
 	case b.state == Closed:
 		p.admit = admitClosed
 	case b.state == Open && b.policy.Mode == ModeForcedOpen:
@@ -102,6 +107,8 @@ func (b *Breaker) admit() (ticket, error) {
 	switch p.admit {
 	case admitClosed:
 		return ticket{p, true}, nil
+	case admitTallied:
+		return b.admitTallied(p)
 	case admitOpenUntil:
 		if b.now() < p.halfOpenAt {
 			return ticket{}, p.reject
@@ -224,6 +231,8 @@ func (b *Breaker) admitSlow() (ticket, error) {
 	t := ticket{p: p}
 	reason := RejectNone
 	switch {
+	case b.state == Closed && p.tally != nil && b.throttled(p, now):
+		reason = RejectThrottled
 	case b.state == Closed:
 		t.recorded = true
 	case b.policy.Mode == ModeForcedOpen:
@@ -260,6 +269,8 @@ func (b *Breaker) rejectErr(r RejectReason) error {
 		return b.errProbes
 	case RejectForcedOpen:
 		return b.errForced
+	case RejectThrottled:
+		return b.errThrottled
 	}
 	return b.errOpen
 }
@@ -283,8 +294,11 @@ func (b *Breaker) classify(err error, panicked bool) Outcome {
 // classifier (whether or not it was recorded: Call's fallback depends on the call, not on
 // the circuit). start is when a timed call started (callTime), for slow-call judging.
 func (b *Breaker) finish(t ticket, err error, panicked bool, start int64) bool {
+	if t.p.tally != nil && t.recorded {
+		b.tallyOutcome(t.p, err, panicked)
+	}
 	slow := t.p.slow != 0 && b.callTime(t.p)-start >= t.p.slow
-	if err == nil && !panicked && !slow && t.recorded && t.p.admit == admitClosed && b.recordSuccessFast(t.p) {
+	if err == nil && !panicked && !slow && t.recorded && (t.p.admit == admitClosed || t.p.admit == admitTallied) && b.recordSuccessFast(t.p) {
 		return false
 	}
 	o := b.classify(err, panicked)

@@ -258,3 +258,56 @@ func BenchmarkGroupChurn(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkExecuteClosedThrottled is closed Execute with adaptive throttling configured
+// (§5.16) and a healthy window, so every call is counted and judged and none rejected: the
+// cost of the decision, against BenchmarkExecuteClosed in the same run.
+func BenchmarkExecuteClosedThrottled(b *testing.B) {
+	p := DefaultPolicy()
+	p.Throttle = &Throttle{K: 2}
+	br, err := New("bench", p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := br.Execute(ctx, succeed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkExecuteClosedBudgeted is closed Execute with a retry budget configured (§5.15):
+// the counting of first attempts.
+func BenchmarkExecuteClosedBudgeted(b *testing.B) {
+	p := DefaultPolicy()
+	p.RetryBudget = &RetryBudget{Percent: 20, MinPerSecond: 10}
+	br, err := New("bench", p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = br.Execute(ctx, succeed)
+	}
+}
+
+// BenchmarkAllowRetry is the budget check alone (§5.15), on a window of first attempts whose
+// budget is spent: the check a caller makes before each retry.
+func BenchmarkAllowRetry(b *testing.B) {
+	p := DefaultPolicy()
+	p.RetryBudget = &RetryBudget{Percent: 20, MinPerSecond: 10}
+	br, err := New("bench", p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 100 {
+		_ = br.Execute(context.Background(), succeed)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = br.AllowRetry()
+	}
+}

@@ -42,6 +42,10 @@ type Breaker struct {
 	errOpen   error
 	errProbes error
 	errForced error
+	// For the retry budget and adaptive throttling (retry.go, throttle.go).
+	errThrottled error
+	retryObs     []RetryObserver
+	rnd          func() float64 // nil: math/rand/v2; tests set a deterministic source
 
 	_ [64]byte
 
@@ -74,6 +78,9 @@ type Breaker struct {
 	// (awaitingProbe): the half-open period re-opens OpenTimeout after lastProbeAt (§5.3).
 	awaitingProbe bool
 	lastProbeAt   int64
+	// tally counts for the retry budget and adaptive throttling while closed; nil when
+	// neither is configured, or when not closed (tally.go).
+	tally *tally
 }
 
 // New returns a breaker named name, closed (or open, if p.Mode is ModeForcedOpen). A policy
@@ -94,6 +101,8 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 		errProbes: &OpenError{Breaker: name, Reason: RejectHalfOpenSaturated},
 		errForced: &OpenError{Breaker: name, Reason: RejectForcedOpen},
 		policy:    p.withDefaults(),
+
+		errThrottled: &OpenError{Breaker: name, Reason: RejectThrottled},
 	}
 	if b.isFailure == nil {
 		b.isFailure = isFailureByDefault
@@ -104,6 +113,9 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 	for _, obs := range o.observers {
 		if co, ok := obs.(CallObserver); ok {
 			b.callObs = append(b.callObs, co)
+		}
+		if ro, ok := obs.(RetryObserver); ok {
+			b.retryObs = append(b.retryObs, ro)
 		}
 	}
 	now := b.now()
@@ -118,6 +130,7 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 		b.opens, b.openFor = 1, b.policy.openPeriod(1)
 	}
 	b.resetWindow(now)
+	b.resetTally(now)
 	b.publish()
 	return b, nil
 }
@@ -129,7 +142,9 @@ func (b *Breaker) Name() string { return b.name }
 func (b *Breaker) Policy() Policy {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.policy
+	// A copy whose RetryBudget and Throttle are the caller's own: writing through them
+	// must not change the breaker's policy behind Update's back.
+	return b.policy.clone()
 }
 
 // now reads the monotonic timeline durations are measured on (clock.go). It is small
@@ -217,7 +232,7 @@ func (b *Breaker) Update(p Policy) error {
 	p = p.withDefaults()
 	var pend pending
 	b.mu.Lock()
-	if p == b.policy {
+	if p.equal(b.policy) {
 		b.mu.Unlock()
 		return nil
 	}
@@ -231,6 +246,7 @@ func (b *Breaker) Update(p Policy) error {
 	if widthChanged {
 		b.reindex(now)
 	}
+	b.updateTally(now, widthChanged)
 	if periodChanged && b.opens > 0 {
 		// The open period running (or the last, half-open) is re-timed under the new
 		// policy, from when it started.

@@ -23,5 +23,12 @@
 // [Breaker.Adopt], off the call path. A [Registry] holds named breakers and hot-reloads their
 // policies.
 //
+// Beyond on and off, a policy may budget retries ([Policy.RetryBudget]: [Retry] and
+// [Breaker.AllowRetry] retry only while retries stay a share of first attempts plus a
+// fleet-wide floor) and throttle adaptively ([Policy.Throttle]: a closed breaker refuses
+// locally the share of calls its dependency has been turning away). Both count on a
+// lock-free tally of the window, and both learn from the fleet the operator describes with
+// [Breaker.SetFleet]; a policy with neither counts nothing more per call.
+//
 // Every exported method is safe for concurrent use.
 package breaker

@@ -22,12 +22,17 @@ func (e *OpenError) Error() string {
 		return "breaker " + quote(e.Breaker) + ": circuit half-open, probe limit reached"
 	case RejectForcedOpen:
 		return "breaker " + quote(e.Breaker) + ": circuit forced open"
+	case RejectThrottled:
+		return "breaker " + quote(e.Breaker) + ": call throttled (circuit closed)"
 	}
 	return "breaker " + quote(e.Breaker) + ": circuit open"
 }
 
-// Is makes errors.Is(err, ErrOpen) hold for every OpenError.
-func (e *OpenError) Is(target error) bool { return target == ErrOpen }
+// Is makes errors.Is(err, ErrOpen) hold for every OpenError, and errors.Is(err,
+// ErrThrottled) for one adaptive throttling rejected.
+func (e *OpenError) Is(target error) bool {
+	return target == ErrOpen || target == ErrThrottled && e.Reason == RejectThrottled
+}
 
 func quote(s string) string { return strconv.Quote(s) }
 

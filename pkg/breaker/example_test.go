@@ -144,3 +144,16 @@ func ExamplePolicy() {
 	// Output:
 	// 1m0s 10s 0.5 20 Enforce
 }
+
+// Retry retries a failing call through the breaker's retry budget: here 20% of first
+// attempts and no floor, so a breaker that has run nothing yet has no retry to give.
+func ExampleRetry() {
+	b, _ := breaker.New("quotes", breaker.Policy{RetryBudget: &breaker.RetryBudget{Percent: 20}})
+	attempts := 0
+	err := breaker.Retry(context.Background(), b, 3, func(context.Context) error {
+		attempts++
+		return errors.New("503 from the quotes API")
+	}, breaker.WithBackoff(0, 0))
+	fmt.Println(attempts, errors.Is(err, breaker.ErrRetryBudget))
+	// Output: 1 true
+}

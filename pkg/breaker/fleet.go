@@ -19,11 +19,13 @@ type Fleet struct {
 
 // Traffic is what a breaker's window holds for the fleet's arithmetic (§5.15, §5.16).
 type Traffic struct {
-	// Requests are the calls the closed breaker was asked to run: admitted or throttled.
+	// Requests are the calls the closed breaker was asked to run: admitted (counted when
+	// they finish) or throttled.
 	Requests int64
-	// Accepts are the calls that succeeded.
+	// Accepts are the requests that succeeded.
 	Accepts int64
-	// Retries are the admitted second or later attempts of a logical call.
+	// Retries are the second or later attempts of a logical call that the retry budget
+	// allowed ([Breaker.AllowRetry]).
 	Retries int64
 	// Throttled are the calls adaptive throttling rejected.
 	Throttled int64
@@ -56,8 +58,18 @@ func (b *Breaker) Fleet() (Fleet, bool) {
 }
 
 // Traffic returns what the breaker's window holds for the fleet (see [Traffic]). While the
-// circuit is open or half-open it is zero: the window is the closed state's.
+// circuit is open or half-open it is zero: the window is the closed state's. With a retry
+// budget or throttling configured, it is the tally those count on (docs/semantics.md):
+// Requests are the calls asked of the closed breaker (admitted ones counted when they
+// finish, whatever their outcome; throttled ones when refused), Accepts their successes,
+// Retries the retries AllowRetry allowed, Throttled the calls throttling refused; it takes
+// no lock. Without either, Requests and Accepts are the failure window's recorded calls and
+// successes, and Retries and Throttled are 0.
 func (b *Breaker) Traffic() Traffic {
+	if p := b.cur.Load(); p.tally != nil {
+		_, c := p.tally.window(b.now())
+		return Traffic{Requests: c.requests, Accepts: c.accepts, Retries: c.retries, Throttled: c.throttled}
+	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()

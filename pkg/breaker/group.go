@@ -135,7 +135,7 @@ func (g *Group) Name() string { return g.name }
 func (g *Group) Policy() Policy {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.policy
+	return g.policy.clone() // a copy the caller cannot change the members' policy through
 }
 
 // Get returns the breaker of key, creating it on first use (which may evict another key's

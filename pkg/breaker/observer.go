@@ -43,6 +43,7 @@ const (
 	RejectOpen                           // the circuit is open
 	RejectHalfOpenSaturated              // half-open, and the probe cap is reached
 	RejectForcedOpen                     // the mode is ForcedOpen
+	RejectThrottled                      // closed, and adaptive throttling rejected the call (§5.16)
 )
 
 func (r RejectReason) String() string {
@@ -55,6 +56,8 @@ func (r RejectReason) String() string {
 		return "half_open_saturated"
 	case RejectForcedOpen:
 		return "forced_open"
+	case RejectThrottled:
+		return "throttled"
 	}
 	return fmt.Sprintf("RejectReason(%d)", uint8(r))
 }

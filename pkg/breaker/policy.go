@@ -174,6 +174,7 @@ func (p Policy) Validate() error {
 	if err := p.Mode.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, p.validateBeyond()...)
 	if d := p.withDefaults(); p.MaxOpenTimeout > 0 && d.OpenTimeout > 0 && p.MaxOpenTimeout < d.OpenTimeout {
 		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + d.OpenTimeout.String() + ")"})
 	}
@@ -215,7 +216,7 @@ func (p Policy) withDefaults() Policy {
 	if p.SlowCallRatio == 0 {
 		p.SlowCallRatio = d.SlowCallRatio
 	}
-	return p
+	return p.clone()
 }
 
 // openPeriod is how long the k-th consecutive open period lasts (§5.13): OpenTimeout, or

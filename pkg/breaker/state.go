@@ -148,6 +148,7 @@ func (b *Breaker) transition(m move, now int64, pend *pending) {
 	// Every transition replaces the live bucket, even on opening (whose tally is kept in
 	// openTally): that is what tells the lock-free path its result is stale.
 	b.resetWindow(now)
+	b.resetTally(now)
 	b.publish()
 	t := Transition{Breaker: b.name, From: from, To: m.to, At: time.Unix(0, m.at.wall), Counts: m.counts, Err: m.err, Cause: m.cause, Trigger: m.trigger, Period: b.gen}
 	if m.to != Closed {

@@ -12,4 +12,8 @@
 // and not everybody's: per host for a client ([ByHost], the Transport's default), per
 // ServeMux route pattern for a server ([ByPattern], the Handler's default, or
 // [ByMuxPattern] in front of a mux), or per any key a func(*http.Request) string picks.
+//
+// The Transport can also retry idempotent requests, opt-in with [Retry]: each retry is drawn
+// from the breaker's retry budget (breaker.RetryBudget), honours Retry-After, and is never
+// made while the circuit is open.
 package httpbreaker

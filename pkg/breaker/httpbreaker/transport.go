@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
@@ -34,6 +35,9 @@ type Transport struct {
 	// IsServerFailure. A request cancelled by its caller is never a failure unless the
 	// breaker's own classifier says so.
 	IsFailure func(resp *http.Response, err error) bool
+	// Retry, when set, retries idempotent requests through the breaker's retry budget
+	// (see [Retry]); nil, the default, sends every request once.
+	Retry *Retry
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -62,7 +66,13 @@ func IsServerFailure(resp *http.Response, err error) bool {
 // classifier counted as a failure. The caller still gets the response itself.
 type StatusError struct {
 	StatusCode int
+	// After is how long the answer's Retry-After asked the client to wait; 0 without one.
+	After time.Duration
 }
+
+// RetryAfter implements [breaker.RetryAfterError], so that [breaker.Retry] honours the
+// answer's Retry-After.
+func (e *StatusError) RetryAfter() time.Duration { return e.After }
 
 func (e *StatusError) Error() string {
 	return "httpbreaker: server answered " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
@@ -70,7 +80,16 @@ func (e *StatusError) Error() string {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	done, err := guard(t.Breaker, t.Group, t.Key, ByHost, req).Allow()
+	b := guard(t.Breaker, t.Group, t.Key, ByHost, req)
+	if t.Retry != nil && t.Retry.Attempts > 1 && retriable(req) {
+		return t.retry(b, req)
+	}
+	return t.once(b, req)
+}
+
+// once sends req through b.
+func (t *Transport) once(b *breaker.Breaker, req *http.Request) (*http.Response, error) {
+	done, err := b.Allow()
 	if err != nil {
 		// RoundTrip must close the request body even when it sends nothing.
 		if req.Body != nil {
@@ -114,5 +133,5 @@ func (t *Transport) outcome(resp *http.Response, err error) error {
 	case err != nil:
 		return err
 	}
-	return &StatusError{StatusCode: resp.StatusCode}
+	return &StatusError{StatusCode: resp.StatusCode, After: retryAfter(resp, time.Now())}
 }

@@ -11,6 +11,8 @@
 //	breaker.callback_failures  counter  exception.type (the error's Go type), circuit_breaker.state
 //	breaker.fallbacks          counter  circuit_breaker.reason: open, half_open_saturated, failure
 //	breaker.transitions        counter  circuit_breaker.from_state, .to_state, .cause
+//	breaker.retries            counter  retries asked of the retry budget, circuit_breaker.outcome: allowed, refused
+//	breaker.throttled          counter  calls adaptive throttling rejected (also in breaker.calls as rejected)
 //	breaker.event.timestamp    gauge    Unix seconds of the last transition or probe (circuit_breaker.event)
 //
 // Every measurement carries circuit_breaker.name. breaker.active_calls is split by the state

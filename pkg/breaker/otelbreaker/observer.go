@@ -61,6 +61,7 @@ func WithPrefix(prefix string) Option {
 type Observer struct {
 	calls, callbackFailures, fallbacks metric.Int64ObservableCounter
 	slowCalls                          metric.Int64ObservableCounter
+	retries, throttled                 metric.Int64ObservableCounter
 	transitions                        metric.Int64Counter
 	eventTimestamp                     metric.Float64Gauge
 	state, active, failures, successes metric.Int64ObservableGauge
@@ -77,7 +78,10 @@ type Observer struct {
 	registries []*breaker.Registry
 }
 
-var _ breaker.CallObserver = (*Observer)(nil)
+var (
+	_ breaker.CallObserver  = (*Observer)(nil)
+	_ breaker.RetryObserver = (*Observer)(nil)
+)
 
 var bg = context.Background()
 
@@ -114,6 +118,12 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.slowCalls, err = m.Int64ObservableCounter(name("breaker.slow_calls"), metric.WithUnit("{call}"),
 		metric.WithDescription("Calls that took at least the policy's slowCallDuration, by the state they ran in (only judged when it is set)."))
 	add(err)
+	o.retries, err = m.Int64ObservableCounter(name("breaker.retries"), metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries asked of the breaker's retry budget, by outcome: allowed or refused."))
+	add(err)
+	o.throttled, err = m.Int64ObservableCounter(name("breaker.throttled"), metric.WithUnit("{call}"),
+		metric.WithDescription("Calls adaptive throttling rejected while the circuit was closed."))
+	add(err)
 	o.transitions, err = m.Int64Counter(name("breaker.transitions"), metric.WithUnit("{transition}"),
 		metric.WithDescription("State transitions, by from and to state, by cause, and for an open on calls by trigger (failure_rate, slow_call_rate, failed_probe, slow_probe)."))
 	add(err)
@@ -136,7 +146,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	o.registration, err = m.RegisterCallback(o.observe,
-		o.calls, o.callbackFailures, o.fallbacks, o.slowCalls, o.state, o.active, o.failures, o.successes)
+		o.calls, o.callbackFailures, o.fallbacks, o.slowCalls, o.retries, o.throttled, o.state, o.active, o.failures, o.successes)
 	if err != nil {
 		return nil, err
 	}
@@ -163,121 +173,6 @@ func (o *Observer) TrackRegistry(r *breaker.Registry) {
 
 // Close stops the gauges' collection callback.
 func (o *Observer) Close() error { return o.registration.Unregister() }
-
-// series is everything recorded for one breaker, with every attribute set it needs built
-// once, so that recording allocates nothing.
-type series struct {
-	// stateAt packs the last known state with the transition period it was reached in
-	// (period<<2 | state), so a transition delivered late cannot overwrite a newer one.
-	stateAt atomic.Uint64
-	// group: the series of a breaker Group's members, labelled with the Group's name. Its
-	// counters sum over the keys; it has no state (each key has its own, and the Group's
-	// is its Summary).
-	group bool
-	// started counts admitted calls by the state they were admitted in; those in flight
-	// are started minus the admitted calls ended in the same initial state, which the calls
-	// cells count already, so ending a call costs one addition.
-	started [3]atomic.Int64
-
-	calls     [4][3][3]cell // outcome, initial, final
-	fallbacks [3]cell
-	slow      [3]cell  // by the state the call ran in
-	failures  sync.Map // failKey → *cell, by error type
-
-	base        metric.ObserveOption
-	active      [3]metric.ObserveOption     // by the state a call was admitted in
-	transitions [3][3][5][]metric.AddOption // from, to, cause
-	transEvent  [3][3][]metric.RecordOption
-	probeEvent  [4][]metric.RecordOption // outcome
-	name        attribute.KeyValue
-}
-
-// cell is one counter series: its count and its attributes.
-type cell struct {
-	n   atomic.Int64
-	opt metric.ObserveOption
-}
-
-func (c *cell) observe(obs metric.Observer, inst metric.Int64Observable) {
-	// A series is reported from its first count on: breakers see few of the 36
-	// outcome and state combinations, and the others would be noise.
-	if n := c.n.Load(); n != 0 {
-		obs.ObserveInt64(inst, n, c.opt)
-	}
-}
-
-// inFlight returns the calls admitted in state st and not yet ended. The ends are read
-// first: every call counted as ended had started by then, so the difference is never
-// negative.
-func (s *series) inFlight(st int) int64 {
-	var ended int64
-	for i, oc := range outcomes {
-		if oc == breaker.OutcomeRejected {
-			continue
-		}
-		for k := range s.calls[i][st] {
-			ended += s.calls[i][st][k].n.Load()
-		}
-	}
-	return s.started[st].Load() - ended
-}
-
-type failKey struct {
-	t        reflect.Type
-	state    breaker.State
-	panicked bool
-}
-
-var (
-	states   = [3]breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen}
-	outcomes = [4]breaker.Outcome{breaker.OutcomeSuccess, breaker.OutcomeFailure, breaker.OutcomeIgnored, breaker.OutcomeRejected}
-	reasons  = [3]breaker.FallbackReason{breaker.FallbackOpen, breaker.FallbackHalfOpenSaturated, breaker.FallbackFailure}
-	causes   = [5]breaker.TransitionCause{breaker.CauseCalls, breaker.CauseTimeout, breaker.CauseTrip, breaker.CauseMode, breaker.CauseAdopted}
-)
-
-func observeOpt(kv ...attribute.KeyValue) metric.ObserveOption {
-	return metric.WithAttributeSet(attribute.NewSet(kv...))
-}
-
-func addOpt(kv ...attribute.KeyValue) []metric.AddOption {
-	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
-}
-
-func recordOpt(kv ...attribute.KeyValue) []metric.RecordOption {
-	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
-}
-
-func newSeries(name string) *series {
-	n := KeyName.String(name)
-	s := &series{name: n, base: metric.WithAttributeSet(attribute.NewSet(n))}
-	for i, oc := range outcomes {
-		for j, in := range states {
-			for k, fin := range states {
-				s.calls[i][j][k].opt = observeOpt(n, KeyOutcome.String(oc.String()),
-					KeyInitialState.String(in.String()), KeyState.String(fin.String()))
-			}
-		}
-		s.probeEvent[i] = recordOpt(n, KeyEvent.String("probe"), KeyOutcome.String(oc.String()))
-	}
-	for i, r := range reasons {
-		s.fallbacks[i].opt = observeOpt(n, KeyReason.String(r.String()))
-	}
-	for i, st := range states {
-		s.slow[i].opt = observeOpt(n, KeyState.String(st.String()))
-		s.active[i] = observeOpt(n, KeyState.String(st.String()))
-	}
-	for i, from := range states {
-		for j, to := range states {
-			for k, c := range causes {
-				s.transitions[i][j][k] = addOpt(n, KeyFromState.String(from.String()),
-					KeyToState.String(to.String()), KeyCause.String(c.String()))
-			}
-			s.transEvent[i][j] = recordOpt(n, KeyEvent.String("transition"),
-				KeyFromState.String(from.String()), KeyToState.String(to.String()))
-		}
-	}
-	return s
-}
 
 type recentEntry struct {
 	data *byte
@@ -379,6 +274,9 @@ func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
 	if ev.Slow {
 		s.slow[ev.Initial].n.Add(1)
 	}
+	if ev.Reason == breaker.RejectThrottled {
+		s.throttled.n.Add(1)
+	}
 	if ev.Outcome != breaker.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
 		s.failureCell(ev.Err, ev.Panicked, ev.Initial).n.Add(1)
 	}
@@ -418,6 +316,15 @@ func (o *Observer) OnFallback(name string, reason breaker.FallbackReason, _ erro
 	o.get(name).fallbacks[reason].n.Add(1)
 }
 
+// OnRetry implements [breaker.RetryObserver].
+func (o *Observer) OnRetry(name string, allowed bool) {
+	i := 0
+	if allowed {
+		i = 1
+	}
+	o.get(name).retries[i].n.Add(1)
+}
+
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // observe is the collection callback of the gauges.
@@ -446,6 +353,10 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 		for i := range s.slow {
 			s.slow[i].observe(obs, o.slowCalls)
 		}
+		for i := range s.retries {
+			s.retries[i].observe(obs, o.retries)
+		}
+		s.throttled.observe(obs, o.throttled)
 		s.failures.Range(func(_, c any) bool {
 			c.(*cell).observe(obs, o.callbackFailures)
 			return true

@@ -1,0 +1,169 @@
+package breaker
+
+import "sync/atomic"
+
+// The tally is what the retry budget (§5.15) and adaptive throttling (§5.16) count: requests,
+// successes, retries and throttled calls, over the same two epoch-aligned buckets of the
+// policy's window as the failure window (bucket index floor(now / window); the live bucket
+// and the one before it, so between one and two windows of history). It exists only while
+// closed and only when one of the two is configured, and it is lock-free for reading and
+// counting alike: each bucket is an immutable index with atomic counters, installed once
+// per index by compare-and-swap, so every count lands in exactly one bucket and a reader
+// never waits for the breaker's lock.
+type tally struct {
+	width  int64 // the window, in nanoseconds
+	origin int64 // when the tally started counting, on the monotonic timeline
+	live   atomic.Pointer[tallyBucket]
+	// slots hold the buckets by the parity of their index: the live one and the one
+	// before it.
+	slots [2]atomic.Pointer[tallyBucket]
+}
+
+type tallyBucket struct {
+	idx        int64
+	start, end int64 // [start, end) on the monotonic timeline
+	// traffic packs the bucket's requests (high 32 bits) and accepts (low 32 bits), so
+	// that a finished call is counted with one atomic add whatever its outcome. A
+	// bucket therefore counts up to 2^32 − 1 requests: 429 million a second in a 10s
+	// window. Accepts never exceed requests, so they never carry into them.
+	traffic   atomic.Uint64
+	retries   atomic.Int64
+	throttled atomic.Int64
+}
+
+const (
+	oneRequest = 1 << 32
+	oneAccept  = 1
+)
+
+// trafficCounts are a tally's totals over the window.
+type trafficCounts struct {
+	requests, accepts, retries, throttled int64
+}
+
+func unpack(w uint64) (requests, accepts int64) { return int64(w >> 32), int64(w & (oneRequest - 1)) }
+
+func newTally(width, now int64) *tally {
+	t := &tally{width: width, origin: now}
+	bk := t.newBucket(floorDiv(now, width))
+	t.slots[bk.idx&1].Store(bk)
+	t.live.Store(bk)
+	return t
+}
+
+func (t *tally) newBucket(idx int64) *tallyBucket {
+	bk := &tallyBucket{idx: idx, start: mulSat(idx, t.width)}
+	bk.end = addSat(bk.start, t.width)
+	return bk
+}
+
+// at returns the bucket that counts what happens at now, rolling the tally forward when
+// now has left the live bucket. A reading older than the live bucket (a goroutine whose
+// clock reading is a tick late) counts in the live bucket: it happened at its start, near
+// enough.
+func (t *tally) at(now int64) *tallyBucket {
+	if live := t.live.Load(); now >= live.start && now < live.end {
+		return live
+	}
+	return t.roll(now)
+}
+
+func (t *tally) roll(now int64) *tallyBucket {
+	live := t.live.Load()
+	idx := floorDiv(now, t.width)
+	if idx <= live.idx {
+		return live
+	}
+	slot := &t.slots[idx&1]
+	for {
+		old := slot.Load()
+		if old != nil && old.idx >= idx {
+			break
+		}
+		if slot.CompareAndSwap(old, t.newBucket(idx)) {
+			break
+		}
+	}
+	cur := slot.Load()
+	for {
+		l := t.live.Load()
+		if l.idx >= cur.idx {
+			return l
+		}
+		if t.live.CompareAndSwap(l, cur) {
+			return cur
+		}
+	}
+}
+
+// span is how long the window holds counts for at now, in the live bucket cur: from the
+// start of the bucket before it, or from when the tally started if that is later. It lies
+// between one and two widths once the tally has counted for two.
+func (t *tally) span(now int64, cur *tallyBucket) int64 {
+	return max(now-max(t.origin, cur.start-t.width), 0)
+}
+
+// prev returns the bucket before cur, or nil when the tally has none.
+func (t *tally) prev(cur *tallyBucket) *tallyBucket {
+	if p := t.slots[(cur.idx-1)&1].Load(); p != nil && p.idx == cur.idx-1 {
+		return p
+	}
+	return nil
+}
+
+// requestsAccepts returns the live bucket at now, and the requests and accepts of it and
+// the bucket before it: what throttling judges on every call, in two loads.
+func (t *tally) requestsAccepts(now int64) (cur *tallyBucket, requests, accepts int64) {
+	if cur = t.live.Load(); now < cur.start || now >= cur.end {
+		cur = t.roll(now)
+	}
+	w := cur.traffic.Load()
+	if p := t.prev(cur); p != nil {
+		w += p.traffic.Load()
+	}
+	requests, accepts = unpack(w)
+	return cur, requests, accepts
+}
+
+// window returns the live bucket at now and the totals of it and the bucket before it.
+func (t *tally) window(now int64) (*tallyBucket, trafficCounts) {
+	cur := t.at(now)
+	var c trafficCounts
+	for _, bk := range [2]*tallyBucket{cur, t.prev(cur)} {
+		if bk != nil {
+			r, a := unpack(bk.traffic.Load())
+			c.requests += r
+			c.accepts += a
+			c.retries += bk.retries.Load()
+			c.throttled += bk.throttled.Load()
+		}
+	}
+	return cur, c
+}
+
+// firstAttempts are the requests that were neither retries nor throttled.
+func (c trafficCounts) firstAttempts() int64 { return max(c.requests-c.throttled-c.retries, 0) }
+
+// reindexed re-cuts t for a new width as the failure window is re-cut: what the live bucket
+// at now holds becomes the new-width bucket holding now, the bucket before stays the one before,
+// and both age out under the new width.
+func (t *tally) reindexed(width, now int64) *tally {
+	n := newTally(width, now)
+	n.origin = t.origin
+	old := t.at(now) // rolled under the old width first, as Update rolls the failure window
+
+	cur := n.live.Load()
+	cur.add(old)
+	if prev := t.prev(old); prev != nil {
+		p := n.newBucket(cur.idx - 1)
+		p.add(prev)
+		n.slots[p.idx&1].Store(p)
+	}
+	return n
+}
+
+func (bk *tallyBucket) add(o *tallyBucket) {
+	bk.traffic.Add(o.traffic.Load())
+	bk.retries.Add(o.retries.Load())
+	bk.throttled.Add(o.throttled.Load())
+}
