@@ -22,13 +22,14 @@ import (
 // reports that decided the incident, in the same priority level, as the operator is
 // counting them.
 //
-// An unearned change that leaves every entry in the state the API server already holds
-// (a pod that tripped adopting the fleet's verdict, which only re-times its open period; a
-// forced mode over a circuit already open) is not written at all: it tells the fleet
-// nothing, since what the operator counts is each entry's state and what each pod earned,
-// and its open period comes from the spec, never from a report. It goes with the next write
-// that happens for another reason. Without this rule the pods that earned the fleet's Open
-// wrote twice per incident: their earned Open, then its echo.
+// A change that is no transition at all is not written on its own: an Open verdict adopted
+// by a circuit already open only re-times its open period (a pod that tripped, echoing the
+// fleet's verdict), and Trip on an open circuit restarts it. Neither tells the fleet
+// anything: the operator counts each entry's state and what each pod earned, and computes
+// open periods from the spec, never from a report. It goes with the next write made for
+// another reason. Without this rule each pod that earned the fleet's Open wrote twice
+// per incident, its earned Open and then its echo, and once more for each re-timing the
+// operator published.
 
 // The hold's bounds. At least 100 ms: the verdict reaches the pods over one ConfigMap
 // watch within tens of milliseconds of each other, and the earned writes that opened the
@@ -71,7 +72,7 @@ func (r *reporter) held(names []string, ms []member) bool {
 	if r.holdFor == nil || r.hold.over || r.urgent(names, ms) {
 		return false
 	}
-	if r.restating(names, ms) {
+	if r.retimed(names, ms) {
 		return true // no hold: nothing here is due, ever, on its own
 	}
 	if r.hold.timer == nil {
@@ -88,19 +89,26 @@ func (r *reporter) held(names []string, ms []member) bool {
 	return true
 }
 
-// restating reports whether names and ms differ from the written report only in
-// unearned changes that keep each entry's state. Caller holds mu and has found nothing
+// retimed reports whether names and ms differ from the written report only in entries
+// that made no transition since they were written. Caller holds mu and has found nothing
 // urgent.
-func (r *reporter) restating(names []string, ms []member) bool {
+func (r *reporter) retimed(names []string, ms []member) bool {
 	if !slices.Equal(names, r.names) {
 		return false
 	}
 	for i, m := range ms {
-		if m.state != r.written[i].state {
+		if !sameTransition(m, r.written[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameTransition reports whether m is w's transition, at most re-timed: the same period,
+// state and reason, config generation and refusal, and traffic.
+func sameTransition(m, w member) bool {
+	return !m.group && m.period == w.period && m.state == w.state && m.reason == w.reason &&
+		m.generation == w.generation && m.configErr == w.configErr && m.traffic == w.traffic
 }
 
 // urgent reports whether the report of names and ms differs from the written one in
@@ -115,8 +123,8 @@ func (r *reporter) urgent(names []string, ms []member) bool {
 		m := ms[i]
 		j, found := slices.BinarySearch(r.names, name)
 		switch {
-		case found && m == r.written[j]:
-			continue
+		case found && (m == r.written[j] || sameTransition(m, r.written[j])):
+			continue // an earned state re-timed is not news (see above)
 		case m.group || breakerconfig.Earned(wireState(m.state), m.reason):
 			return true
 		case found && m.traffic != r.written[j].traffic:

@@ -163,23 +163,30 @@ func TestUnearnedDelayBounds(t *testing.T) {
 }
 
 // TestAnEchoOfTheWrittenStateIsNotWritten: a pod that tripped and then adopts the fleet's
-// verdict (Open to Open, re-timed) has nothing to tell: no write and no hold, however long
-// it waits; the next write for another reason carries it.
+// verdict, which only re-times its open period (no transition), has nothing to tell: no
+// write and no hold, however long it waits; the next write for another reason carries it.
+// A new transition to the same state and reason is news, and goes at once.
 func TestAnEchoOfTheWrittenStateIsNotWritten(t *testing.T) {
 	const hold = 20 * time.Millisecond
-	r := heldReporter(t, hold, "a", "b")
-	r.OnTransition(breaker.Transition{Breaker: "a", From: breaker.Closed, To: breaker.Open, At: at, Period: 1,
-		Cause: breaker.CauseCalls, Counts: breaker.Counts{Calls: 10, Failures: 10}})
+	r := heldReporter(t, hold, "b")
+	br, err := breaker.New("a", breaker.Policy{OpenTimeout: time.Hour}, breaker.WithObserver(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.configure(br, 1, "", false)
+	br.Trip()
 	names, ms, dirty := r.pending()
-	if !dirty {
-		t.Fatal("a tripped breaker is held")
+	if !dirty || ms[0].reason != breakerconfig.ReasonManual {
+		t.Fatalf("a tripped breaker is not written at once: dirty %v, %+v", dirty, ms)
 	}
 	r.markWritten(names, ms)
 
-	// The fleet's verdict: the same open state, since a moment earlier.
-	r.OnTransition(breaker.Transition{Breaker: "a", From: breaker.Open, To: breaker.Open, At: at.Add(-time.Second), Period: 2, Cause: breaker.CauseAdopted})
-	if r.entries["a"].want.reason != breakerconfig.ReasonAdopted {
-		t.Fatalf("the adoption was not recorded: %+v", r.entries["a"].want)
+	// The fleet's verdict: the same open state, since a second earlier.
+	earlier := ms[0].since.Add(-time.Second)
+	br.Adopt(breaker.Verdict{State: breaker.Open, Since: earlier})
+	r.configure(br, 1, "", false)
+	if got := r.entries["a"].want.since; !got.Equal(earlier) {
+		t.Fatalf("the re-timing was not taken: since %v, want %v", got, earlier)
 	}
 	if _, _, dirty := r.pending(); dirty {
 		t.Fatal("the echo of a written Open is to be written at once")
@@ -192,8 +199,8 @@ func TestAnEchoOfTheWrittenStateIsNotWritten(t *testing.T) {
 		t.Fatal("the echo of a written Open is written after a wait")
 	}
 
-	// b times out of its state: that is held, and when written carries a's echo along.
-	r.OnTransition(breaker.Transition{Breaker: "b", From: breaker.Closed, To: breaker.Open, At: at, Period: 1, Cause: breaker.CauseAdopted})
+	// b adopts an Open: that is held, and when written carries a's echo along.
+	adopt(r, "b", 1)
 	if _, _, dirty := r.pending(); dirty {
 		t.Fatal("b's adopted Open is not held")
 	}
@@ -208,7 +215,15 @@ func TestAnEchoOfTheWrittenStateIsNotWritten(t *testing.T) {
 	if !dirty {
 		t.Fatal("b's held change never came due")
 	}
-	if ms[0].reason != breakerconfig.ReasonAdopted || !ms[0].since.Equal(at.Add(-time.Second)) {
+	if !ms[0].since.Equal(earlier) {
 		t.Errorf("a's entry %+v does not carry its echo", ms[0])
+	}
+	r.markWritten(names, ms)
+
+	// A new open period of the same state and reason (half-open, then tripped again) is
+	// a transition, and earned: it goes at once.
+	r.OnTransition(breaker.Transition{Breaker: "a", From: breaker.HalfOpen, To: breaker.Open, At: at.Add(time.Hour), Period: 1 << 20, Cause: breaker.CauseTrip})
+	if _, ms, dirty := r.pending(); !dirty || ms[0].reason != breakerconfig.ReasonManual {
+		t.Fatalf("a new Manual open period is held: dirty %v, %+v", dirty, ms)
 	}
 }

@@ -31,6 +31,9 @@ type member struct {
 	worst                [breakerconfig.MaxWorstKeys]string
 	// traffic is the window's traffic as last taken for the report (traffic.go).
 	traffic traffic
+	// period is the Transition.Period that set state, since and reason (not written):
+	// the same period with another since is a re-timing, not a transition (earned.go).
+	period uint64
 }
 
 // entry is what the reporter knows about one breaker of this pod.
@@ -83,6 +86,7 @@ func (r *reporter) OnTransition(t breaker.Transition) {
 	e.period = t.Period
 	e.known = true
 	e.want.setTransition(t)
+	e.want.period = t.Period
 	if e.reported {
 		r.signal()
 	}
