@@ -151,6 +151,8 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 	switch {
 	case p.admit == admitOpenUntil && b.now() < p.halfOpenAt:
 		return p.reject
+	case p.admit == admitTallied && p.slow == 0:
+		return b.executeTallied(ctx, p, fn)
 	case p.admit != admitClosed || p.slow != 0:
 		return b.executeSlow(ctx, fn)
 	}
@@ -171,6 +173,35 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 		}
 	}
 	b.finishClosed(p, err)
+	return err
+}
+
+// executeTallied is Execute for a closed, untimed call while a retry budget or throttling
+// counts (throttle.go): Execute's closed path with the throttling decision before the call
+// and the tally's one add after it, written out for the same reason.
+func (b *Breaker) executeTallied(ctx context.Context, p *period, fn func(context.Context) error) error {
+	if p.throttleK != 0 && b.throttled(p, b.now()) {
+		return b.errThrottled
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			b.abandon(ticket{p, true}, recover(), 0)
+		}
+	}()
+	err := fn(ctx)
+	completed = true
+	if err == nil {
+		if now := b.now(); p.tally.countSuccess(now) {
+			bk := b.bucket.Load()
+			if bk.gen == p.gen && now >= bk.start && now < bk.fastEnd.Load() && bk.addFast() {
+				return nil
+			}
+			b.finishClosed(p, nil) // tallied already: record it under the lock
+			return nil
+		}
+	}
+	b.finish(ticket{p, true}, err, false, 0)
 	return err
 }
 

@@ -167,3 +167,14 @@ func (bk *tallyBucket) add(o *tallyBucket) {
 	bk.retries.Add(o.retries.Load())
 	bk.throttled.Add(o.throttled.Load())
 }
+
+// countSuccess counts a success finished at now in the live bucket, and reports whether it
+// could: false when now has left the live bucket, for finish to roll the tally and count.
+func (t *tally) countSuccess(now int64) bool {
+	bk := t.live.Load()
+	if now < bk.start || now >= bk.end {
+		return false
+	}
+	bk.traffic.Add(oneRequest + oneAccept)
+	return true
+}
