@@ -81,6 +81,7 @@ func (b *Breaker) publish() {
 	p.doneRecorded = p.finishRecorded
 	p.doneIgnored = p.finishIgnored
 	b.cur.Store(p)
+	b.armThrottle()
 }
 
 // coarseEnough is the shortest SlowCallDuration timed on the coarse clock: its reading may
@@ -149,11 +150,15 @@ func (b *Breaker) Allow() (done func(err error), err error) {
 func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) error {
 	p := b.cur.Load()
 	switch {
+	case p.admit == admitClosed && p.slow == 0:
 	case p.admit == admitOpenUntil && b.now() < p.halfOpenAt:
 		return p.reject
 	case p.admit == admitTallied && p.slow == 0:
-		return b.executeTallied(ctx, p, fn)
-	case p.admit != admitClosed || p.slow != 0:
+		// A retry budget or throttling: the same path, after the throttling decision.
+		if p.throttleK != 0 && b.throttled(p, b.now()) {
+			return b.errThrottled
+		}
+	default:
 		return b.executeSlow(ctx, fn)
 	}
 	completed := false
@@ -173,35 +178,6 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 		}
 	}
 	b.finishClosed(p, err)
-	return err
-}
-
-// executeTallied is Execute for a closed, untimed call while a retry budget or throttling
-// counts (throttle.go): Execute's closed path with the throttling decision before the call
-// and the tally's one add after it, written out for the same reason.
-func (b *Breaker) executeTallied(ctx context.Context, p *period, fn func(context.Context) error) error {
-	if p.throttleK != 0 && b.throttled(p, b.now()) {
-		return b.errThrottled
-	}
-	completed := false
-	defer func() {
-		if !completed {
-			b.abandon(ticket{p, true}, recover(), 0)
-		}
-	}()
-	err := fn(ctx)
-	completed = true
-	if err == nil {
-		if now := b.now(); p.tally.countSuccess(now) {
-			bk := b.bucket.Load()
-			if bk.gen == p.gen && now >= bk.start && now < bk.fastEnd.Load() && bk.addFast() {
-				return nil
-			}
-			b.finishClosed(p, nil) // tallied already: record it under the lock
-			return nil
-		}
-	}
-	b.finish(ticket{p, true}, err, false, 0)
 	return err
 }
 
@@ -325,9 +301,6 @@ func (b *Breaker) classify(err error, panicked bool) Outcome {
 // classifier (whether or not it was recorded: Call's fallback depends on the call, not on
 // the circuit). start is when a timed call started (callTime), for slow-call judging.
 func (b *Breaker) finish(t ticket, err error, panicked bool, start int64) bool {
-	if t.p.tally != nil && t.recorded {
-		b.tallyOutcome(t.p, err, panicked)
-	}
 	slow := t.p.slow != 0 && b.callTime(t.p)-start >= t.p.slow
 	if err == nil && !panicked && !slow && t.recorded && (t.p.admit == admitClosed || t.p.admit == admitTallied) && b.recordSuccessFast(t.p) {
 		return false

@@ -32,6 +32,9 @@ type Breaker struct {
 	bucket atomic.Pointer[liveBucket]
 	// What the operator last published about the fleet (SetFleet); nil until then.
 	fleet atomic.Pointer[Fleet]
+	// throttleArmed says throttling could refuse a call (armThrottle); while it is
+	// false the throttling decision is one load.
+	throttleArmed atomic.Bool
 
 	// Fixed at New.
 	name      string

@@ -20,7 +20,8 @@ type Fleet struct {
 // Traffic is what a breaker's window holds for the fleet's arithmetic (§5.15, §5.16).
 type Traffic struct {
 	// Requests are the calls the closed breaker was asked to run: admitted (counted when
-	// they finish) or throttled.
+	// they finish as a success or a failure; a call whose caller gave up counts for
+	// nothing, as in the failure window) or throttled.
 	Requests int64
 	// Accepts are the requests that succeeded.
 	Accepts int64
@@ -47,6 +48,9 @@ func (b *Breaker) SetFleet(f Fleet) {
 	f.Pods = max(f.Pods, 0)
 	f.Requests, f.Accepts = max(f.Requests, 0), max(f.Accepts, 0)
 	b.fleet.Store(&f)
+	b.mu.Lock()
+	b.armThrottle() // a quiet pod throttles on these figures
+	b.mu.Unlock()
 }
 
 // Fleet returns what SetFleet last stored, and whether anything was.
@@ -58,18 +62,13 @@ func (b *Breaker) Fleet() (Fleet, bool) {
 }
 
 // Traffic returns what the breaker's window holds for the fleet (see [Traffic]). While the
-// circuit is open or half-open it is zero: the window is the closed state's. With a retry
-// budget or throttling configured, it is the tally those count on (docs/semantics.md):
-// Requests are the calls asked of the closed breaker (admitted ones counted when they
-// finish, whatever their outcome; throttled ones when refused), Accepts their successes,
-// Retries the retries AllowRetry allowed, Throttled the calls throttling refused; it takes
-// no lock. Without either, Requests and Accepts are the failure window's recorded calls and
-// successes, and Retries and Throttled are 0.
+// circuit is open or half-open it is zero: the window is the closed state's. Requests are
+// the calls asked of the closed breaker: the failure window's recorded calls (counted when
+// they finish, as successes or failures; a call whose caller gave up counts for nothing)
+// and the calls throttling refused; Accepts are the window's successes. With a retry budget
+// or throttling configured, Retries are the retries AllowRetry allowed and Throttled the
+// calls throttling refused; without, both are 0.
 func (b *Breaker) Traffic() Traffic {
-	if p := b.cur.Load(); p.tally != nil {
-		_, c := p.tally.window(b.now())
-		return Traffic{Requests: c.requests, Accepts: c.accepts, Retries: c.retries, Throttled: c.throttled}
-	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -78,5 +77,11 @@ func (b *Breaker) Traffic() Traffic {
 	}
 	b.roll(now)
 	c := b.windowCounts()
-	return Traffic{Requests: c.Calls, Accepts: c.Calls - c.Failures}
+	tr := Traffic{Requests: c.Calls, Accepts: c.Calls - c.Failures}
+	if b.tally != nil {
+		_, t := b.tally.window(now, b.bucket.Load())
+		tr.Requests += t.throttled
+		tr.Retries, tr.Throttled = t.retries, t.throttled
+	}
+	return tr
 }

@@ -64,9 +64,9 @@ func (b *Breaker) takeRetry() (ok bool, refusal error) {
 	}
 	now := b.now()
 	for {
-		bk, c := p.tally.window(now)
+		bk, c := p.tally.window(now, b.bucket.Load())
 		share := b.retryFloorShare(p, p.tally.span(now, bk))
-		if float64(c.retries+1) > float64(p.budget.Percent)/100*float64(c.firstAttempts())+share {
+		if float64(c.retries+1) > p.retryShare*float64(c.firstAttempts())+share {
 			b.notifyRetry(false)
 			return false, nil
 		}
@@ -87,7 +87,7 @@ func (b *Breaker) retryFloorShare(p *period, span int64) float64 {
 	if f := b.fleet.Load(); f != nil && f.Pods > 0 {
 		pods = f.Pods
 	}
-	return float64(p.budget.MinPerSecond) * (float64(span) / 1e9) / float64(pods)
+	return p.floorPerNano * float64(span) / float64(pods)
 }
 
 func (b *Breaker) notifyRetry(allowed bool) {

@@ -21,6 +21,8 @@ func (b *Breaker) record(now int64, o Outcome, slow bool, err error, pend *pendi
 		}
 		if o == OutcomeFailure {
 			b.liveFailures++
+			b.bucket.Load().failures.Add(1)
+			defer b.armThrottle()
 		}
 		if b.policy.Mode == ModeForcedClosed {
 			return o

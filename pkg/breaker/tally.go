@@ -2,10 +2,13 @@ package breaker
 
 import "sync/atomic"
 
-// The tally is what the retry budget (§5.15) and adaptive throttling (§5.16) count: requests,
-// successes, retries and throttled calls, over the same two epoch-aligned buckets of the
-// policy's window as the failure window (bucket index floor(now / window); the live bucket
-// and the one before it, so between one and two windows of history). It exists only while
+// The tally is what the retry budget (§5.15) and adaptive throttling (§5.16) count beside the
+// failure window: retries and throttled calls, over the same two epoch-aligned buckets of
+// the policy's window (bucket index floor(now / window); the live bucket and the one before
+// it, so between one and two windows of history). Requests and accepts are not counted
+// again: they are the failure window's calls (plus the throttled ones) and its calls less
+// its failures, read without the lock (liveBucket.totals), so that a call costs the closed
+// path's one atomic add whether or not a budget or throttling is configured. It exists only while
 // closed and only when one of the two is configured, and it is lock-free for reading and
 // counting alike: each bucket is an immutable index with atomic counters, installed once
 // per index by compare-and-swap, so every count lands in exactly one bucket and a reader
@@ -22,26 +25,14 @@ type tally struct {
 type tallyBucket struct {
 	idx        int64
 	start, end int64 // [start, end) on the monotonic timeline
-	// traffic packs the bucket's requests (high 32 bits) and accepts (low 32 bits), so
-	// that a finished call is counted with one atomic add whatever its outcome. A
-	// bucket therefore counts up to 2^32 − 1 requests: 429 million a second in a 10s
-	// window. Accepts never exceed requests, so they never carry into them.
-	traffic   atomic.Uint64
-	retries   atomic.Int64
-	throttled atomic.Int64
+	retries    atomic.Int64
+	throttled  atomic.Int64
 }
-
-const (
-	oneRequest = 1 << 32
-	oneAccept  = 1
-)
 
 // trafficCounts are a tally's totals over the window.
 type trafficCounts struct {
 	requests, accepts, retries, throttled int64
 }
-
-func unpack(w uint64) (requests, accepts int64) { return int64(w >> 32), int64(w & (oneRequest - 1)) }
 
 func newTally(width, now int64) *tally {
 	t := &tally{width: width, origin: now}
@@ -111,33 +102,20 @@ func (t *tally) prev(cur *tallyBucket) *tallyBucket {
 	return nil
 }
 
-// requestsAccepts returns the live bucket at now, and the requests and accepts of it and
-// the bucket before it: what throttling judges on every call, in two loads.
-func (t *tally) requestsAccepts(now int64) (cur *tallyBucket, requests, accepts int64) {
-	if cur = t.live.Load(); now < cur.start || now >= cur.end {
-		cur = t.roll(now)
-	}
-	w := cur.traffic.Load()
-	if p := t.prev(cur); p != nil {
-		w += p.traffic.Load()
-	}
-	requests, accepts = unpack(w)
-	return cur, requests, accepts
-}
-
-// window returns the live bucket at now and the totals of it and the bucket before it.
-func (t *tally) window(now int64) (*tallyBucket, trafficCounts) {
+// window returns the live bucket at now and the totals of it and the bucket before it, with
+// the requests and accepts of the failure window whose live bucket is live (which a roll
+// may not have replaced yet: liveBucket.totalsAt).
+func (t *tally) window(now int64, live *liveBucket) (*tallyBucket, trafficCounts) {
 	cur := t.at(now)
 	var c trafficCounts
 	for _, bk := range [2]*tallyBucket{cur, t.prev(cur)} {
 		if bk != nil {
-			r, a := unpack(bk.traffic.Load())
-			c.requests += r
-			c.accepts += a
 			c.retries += bk.retries.Load()
 			c.throttled += bk.throttled.Load()
 		}
 	}
+	calls, failures := live.totalsAt(now)
+	c.requests, c.accepts = calls+c.throttled, calls-failures
 	return cur, c
 }
 
@@ -163,18 +141,6 @@ func (t *tally) reindexed(width, now int64) *tally {
 }
 
 func (bk *tallyBucket) add(o *tallyBucket) {
-	bk.traffic.Add(o.traffic.Load())
 	bk.retries.Add(o.retries.Load())
 	bk.throttled.Add(o.throttled.Load())
-}
-
-// countSuccess counts a success finished at now in the live bucket, and reports whether it
-// could: false when now has left the live bucket, for finish to roll the tally and count.
-func (t *tally) countSuccess(now int64) bool {
-	bk := t.live.Load()
-	if now < bk.start || now >= bk.end {
-		return false
-	}
-	bk.traffic.Add(oneRequest + oneAccept)
-	return true
 }

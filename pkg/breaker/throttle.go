@@ -19,8 +19,11 @@ type beyond struct {
 	// minThroughput is the policy's MinimumThroughput: fewer requests than this in the
 	// window, and throttling judges the fleet's figures instead of the pod's.
 	minThroughput int64
-	// budget is the retry budget; nil: retries are not budgeted.
-	budget *RetryBudget
+	// budget is the retry budget; nil: retries are not budgeted. retryShare is its
+	// Percent as a fraction, floorPerNano its MinPerSecond per nanosecond, worked out once
+	// here rather than on every check.
+	budget                   *RetryBudget
+	retryShare, floorPerNano float64
 	// retryRefusal is the error a retry is refused with while the circuit refuses calls
 	// (open under Enforce or ForcedOpen), until halfOpenAt; nil when it does not.
 	retryRefusal error
@@ -37,6 +40,10 @@ func (b *Breaker) publishBeyond(p *period) {
 	}
 	p.minThroughput = int64(pol.MinimumThroughput)
 	p.budget = pol.RetryBudget
+	if p.budget != nil {
+		p.retryShare = float64(p.budget.Percent) / 100
+		p.floorPerNano = float64(p.budget.MinPerSecond) / 1e9
+	}
 	if b.state == Open {
 		switch pol.Mode {
 		case ModeEnforce:
@@ -89,10 +96,14 @@ func (b *Breaker) admitTallied(p *period) (ticket, error) {
 // fleet's figures when the pod's window holds fewer than MinimumThroughput requests and the
 // fleet's are known.
 func (b *Breaker) throttled(p *period, now int64) bool {
-	if p.throttleK == 0 {
+	// Unarmed, the window was healthy when last judged (armThrottle), and stays so until
+	// its live bucket ends: a roll not made yet is judged here.
+	live := b.bucket.Load()
+	if p.throttleK == 0 || !b.throttleArmed.Load() && now < live.end {
 		return false
 	}
-	bk, requests, accepts := p.tally.requestsAccepts(now)
+	bk, c := p.tally.window(now, live)
+	requests, accepts := c.requests, c.accepts
 	if requests < p.minThroughput {
 		if f := b.fleet.Load(); f != nil {
 			requests, accepts = f.Requests, f.Accepts
@@ -103,7 +114,6 @@ func (b *Breaker) throttled(p *period, now int64) bool {
 		return false
 	}
 	if b.random() < throttleProbability(requests, accepts, p.throttleK) {
-		bk.traffic.Add(oneRequest)
 		bk.throttled.Add(1)
 		return true
 	}
@@ -116,25 +126,36 @@ func throttleProbability(requests, accepts int64, k float64) float64 {
 	return max(0, (r-k*float64(accepts))/(r+1))
 }
 
-// tallyOutcome counts a finished call as a request, and as an accept when it succeeded
-// (§5.6: a nil error, or one the classifier does not count as a failure, except
-// context.Canceled).
-func (b *Breaker) tallyOutcome(p *period, err error, panicked bool) {
-	d := uint64(oneRequest)
-	if err == nil && !panicked || err != nil && !panicked && b.classify(err, false) == OutcomeSuccess {
-		d += oneAccept
-	}
-	now := b.now()
-	bk := p.tally.live.Load()
-	if now < bk.start || now >= bk.end {
-		bk = p.tally.roll(now)
-	}
-	bk.traffic.Add(d)
-}
-
 func (b *Breaker) random() float64 {
 	if b.rnd != nil {
 		return b.rnd()
 	}
 	return rand.Float64()
+}
+
+// armThrottle sets whether throttling could refuse a call: whether the window (or the
+// fleet's figures, for a pod with too few requests of its own) is unhealthy, requests >
+// K × accepts. Only a failure, a throttled call, a roll of the window, a transition, a
+// policy or a fleet change can make it so: a success adds one request and one accept,
+// which lowers requests − K × accepts since K ≥ 1. So it is judged under mu at each of
+// those (a throttled call needs none: it happens only while armed), and a healthy window
+// costs the call path one load instead of the decision. A window that successes have made
+// healthy again stays armed until the next judgement, and the full decision, which finds
+// it healthy, runs meanwhile. Caller holds mu.
+func (b *Breaker) armThrottle() {
+	armed := false
+	if t := b.policy.Throttle; t != nil && b.policy.Mode == ModeEnforce && b.state == Closed && b.tally != nil {
+		now := b.now()
+		_, c := b.tally.window(now, b.bucket.Load())
+		requests, accepts := c.requests, c.accepts
+		if requests < int64(b.policy.MinimumThroughput) {
+			if f := b.fleet.Load(); f != nil {
+				requests, accepts = f.Requests, f.Accepts
+			}
+		}
+		armed = float64(requests) > t.K*float64(accepts)
+	}
+	if b.throttleArmed.Load() != armed {
+		b.throttleArmed.Store(armed)
+	}
 }

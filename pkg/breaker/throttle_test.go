@@ -244,3 +244,28 @@ func TestUpdateKeepsTheTally(t *testing.T) {
 		t.Fatal("still counting without a budget or throttling")
 	}
 }
+
+// TestThrottleArmsWhenARollDropsSuccesses: throttling judges the window as it stands, also
+// when no failure came since its last judgement: a bucket full of successes ageing out
+// leaves the failures of the live one, and the next call is refused without any new
+// failure having been recorded.
+func TestThrottleArmsWhenARollDropsSuccesses(t *testing.T) {
+	draw := 0.0 // refuse whenever the probability is above 0
+	b, clk := throttleFixture(t, Policy{Window: time.Second, MinimumThroughput: 10, FailureRatio: 1}, &draw)
+	ctx := context.Background()
+	for range 40 {
+		_ = b.Execute(ctx, succeed)
+	}
+	clk.Advance(time.Second) // the successes are the previous bucket now
+	for range 10 {
+		_ = b.Execute(ctx, func(context.Context) error { return errBoom })
+	}
+	// 50 requests, 40 accepts: healthy under k 2.
+	if err := b.Execute(ctx, succeed); err != nil {
+		t.Fatalf("a healthy window throttled: %v", err)
+	}
+	clk.Advance(time.Second) // the successes age out; the live bucket is empty, the failures previous
+	if err := b.Execute(ctx, succeed); !errors.Is(err, ErrThrottled) {
+		t.Fatalf("after the successes aged out: %v, want throttled", err)
+	}
+}

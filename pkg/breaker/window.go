@@ -30,6 +30,27 @@ type liveBucket struct {
 	// do not take turns owning one line: under RunParallel on two cores one shared counter
 	// cost about twice as much per add as eight stripes.
 	stripes [stripeCount]stripe
+	_       [64]byte
+	// What the retry budget and throttling read without the lock (tally.go): the live
+	// bucket's failures, kept beside mu's liveFailures, and the totals of the bucket
+	// before it, fixed when this one was installed.
+	failures                atomic.Int64
+	prevCalls, prevFailures int64
+}
+
+// totalsAt returns the window's calls and failures at now as the live bucket bk sees them,
+// without the lock. Calls are recorded outcomes (successes and failures; ignored ones are
+// not calls). A bucket that now has left is what the next roll will make of it: the
+// previous bucket, or gone. A reading that races a roll may be off by the calls in flight
+// across it, which a probability judged on the whole window does not notice.
+func (bk *liveBucket) totalsAt(now int64) (calls, failures int64) {
+	switch {
+	case now < bk.end:
+		return bk.calls() + bk.prevCalls, bk.failures.Load() + bk.prevFailures
+	case now < addSat(bk.end, bk.end-bk.start):
+		return bk.calls(), bk.failures.Load()
+	}
+	return 0, 0
 }
 
 const (
@@ -105,6 +126,7 @@ func (b *Breaker) roll(now int64) {
 	}
 	b.liveFailures, b.liveSlow = 0, 0
 	b.installBucket(idx, 0)
+	b.armThrottle()
 	if b.prevSlow > 0 {
 		b.guardSlow(b.windowCounts())
 	}
@@ -145,6 +167,8 @@ func (b *Breaker) installBucket(idx, calls int64) {
 	bk.end = addSat(bk.start, w)
 	bk.fastEnd.Store(bk.end)
 	bk.stripes[0].calls.Store(calls)
+	bk.failures.Store(b.liveFailures)
+	bk.prevCalls, bk.prevFailures = b.prevCalls, b.prevFailures
 	b.bucket.Store(bk)
 }
 
