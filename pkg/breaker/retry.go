@@ -64,9 +64,10 @@ func (b *Breaker) takeRetry() (ok bool, refusal error) {
 	}
 	now := b.now()
 	for {
-		bk, c := p.tally.window(now, b.bucket.Load())
+		bk, retries, calls := p.tally.retriesAndCalls(now, b.bucket.Load())
 		share := b.retryFloorShare(p, p.tally.span(now, bk))
-		if float64(c.retries+1) > p.retryShare*float64(c.firstAttempts())+share {
+		// First attempts are requests − throttled − retries, that is calls − retries.
+		if float64(retries+1) > p.retryShare*float64(max(calls-retries, 0))+share {
 			b.notifyRetry(false)
 			return false, nil
 		}

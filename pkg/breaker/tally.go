@@ -119,6 +119,18 @@ func (t *tally) window(now int64, live *liveBucket) (*tallyBucket, trafficCounts
 	return cur, c
 }
 
+// retriesAndCalls is window's part the retry budget needs, and no more: the live bucket at
+// now, the retries of it and the bucket before, and the failure window's calls.
+func (t *tally) retriesAndCalls(now int64, live *liveBucket) (cur *tallyBucket, retries, calls int64) {
+	cur = t.at(now)
+	retries = cur.retries.Load()
+	if p := t.prev(cur); p != nil {
+		retries += p.retries.Load()
+	}
+	calls, _ = live.totalsAt(now)
+	return cur, retries, calls
+}
+
 // firstAttempts are the requests that were neither retries nor throttled.
 func (c trafficCounts) firstAttempts() int64 { return max(c.requests-c.throttled-c.retries, 0) }
 
