@@ -131,9 +131,6 @@ func (t *tally) retriesAndCalls(now int64, live *liveBucket) (cur *tallyBucket, 
 	return cur, retries, calls
 }
 
-// firstAttempts are the requests that were neither retries nor throttled.
-func (c trafficCounts) firstAttempts() int64 { return max(c.requests-c.throttled-c.retries, 0) }
-
 // reindexed re-cuts t for a new width as the failure window is re-cut: what the live bucket
 // at now holds becomes the new-width bucket holding now, the bucket before stays the one before,
 // and both age out under the new width.
