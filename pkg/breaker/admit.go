@@ -14,7 +14,7 @@ const (
 	admitSlow      admitKind = iota // take the lock (half-open, MetricsOnly open, call observers)
 	admitClosed                     // admit, and record successes lock-free
 	admitOpenUntil                  // refuse until halfOpenAt, then take the lock to go half-open
-	admitTallied                    // closed with a retry budget or throttling: count, maybe throttle (throttle.go)
+	admitTallied                    // closed with a retry budget or throttling: maybe throttle, then as admitClosed (throttle.go)
 )
 
 // period is an immutable snapshot of what the call path needs about the current state
@@ -143,10 +143,11 @@ func (b *Breaker) Allow() (done func(err error), err error) {
 // outcome. ctx is only handed to fn. A panic in fn is recorded as a failure and continues up
 // the stack; runtime.Goexit in fn (t.FailNow in a test) is recorded as neither.
 //
-// Its two commonest paths are written out here rather than shared with Allow and Call: a
-// closed call that succeeds costs one atomic add (recordSuccessFast) and an open circuit's
-// refusal one clock reading, each with no call besides fn's; every other case goes through
-// executeSlow.
+// Its commonest paths are written out here rather than shared with Allow and Call: a closed
+// call that succeeds costs one atomic add (recordSuccessFast), after the throttling decision
+// when a retry budget or throttling is configured, and an open circuit's refusal one clock
+// reading, each with no call besides fn's (and the decision's); every other case goes
+// through executeSlow.
 func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) error {
 	p := b.cur.Load()
 	switch {
@@ -187,7 +188,7 @@ func (b *Breaker) finishClosed(p *period, err error) {
 	b.finishSlow(ticket{p, true}, b.classify(err, false), false, err, false)
 }
 
-// executeSlow is Execute for every call but a closed, untimed one.
+// executeSlow is Execute for every call but a closed, untimed one and an open refusal.
 func (b *Breaker) executeSlow(ctx context.Context, fn func(context.Context) error) error {
 	t, err := b.admit()
 	if err != nil {

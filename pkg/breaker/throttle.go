@@ -81,7 +81,7 @@ func (b *Breaker) updateTally(now int64, widthChanged bool) {
 	}
 }
 
-// admitTallied is admit's closed path when the tally counts.
+// admitTallied is admit's closed path with a retry budget or throttling configured.
 func (b *Breaker) admitTallied(p *period) (ticket, error) {
 	if p.throttleK != 0 && b.throttled(p, b.now()) {
 		return ticket{}, b.errThrottled
