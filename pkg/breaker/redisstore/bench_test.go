@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
@@ -37,4 +39,33 @@ func BenchmarkExecuteClosed(b *testing.B) {
 		ready(b, s)
 		run(b, br)
 	})
+}
+
+// BenchmarkShareVerdict measures how long an open verdict takes to reach a breaker of
+// another process under the same key: one op is one trip in one store until the other
+// store's breaker reports Open. The target is 100ms; docs/benchmarks.md has the figures.
+func BenchmarkShareVerdict(b *testing.B) {
+	srv := startRedis(b)
+	prefix := freeKey(b)
+	one := newStore(b, srv, prefix)
+	other := newStore(b, srv, prefix)
+	p := testPolicy()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		key := fmt.Sprintf("k%d", i)
+		tripper := mustBreaker(b, one, "a"+key, key, p)
+		follower := mustBreaker(b, other, "b"+key, key, p)
+		settle(b, one)
+		settle(b, other)
+		b.StartTimer()
+		for range 5 {
+			_ = tripper.Execute(ctx, fail)
+		}
+		for follower.State() != breaker.Open {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
 }
