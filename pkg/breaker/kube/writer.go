@@ -15,8 +15,10 @@ import (
 
 // writeBackoff paces the retries of a failed write: exponential and capped, so a pod that
 // was cut off for a minute reports within a few seconds of the server's return without
-// hammering it meanwhile: 100 ms, doubling, 5 s at most.
-var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 5 * time.Second}
+// hammering it meanwhile: 100 ms, doubling, 4 s at most, each step up to a quarter
+// longer at random (so 5 s at most) so that a fleet that failed together does not retry
+// together.
+var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.25, Steps: math.MaxInt32, Cap: 4 * time.Second}
 
 // refusedBackoff paces the retries of a report the server refuses: at the cap from the
 // first, since the refusal lasts until somebody lifts it (a CRD upgraded, a policy
@@ -24,8 +26,13 @@ var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Ste
 var refusedBackoff = wait.Backoff{Duration: writeBackoff.Cap}
 
 // writeTimeout bounds one write, so that a server that accepts the connection and never
-// answers is retried like one that refuses it.
-const writeTimeout = 10 * time.Second
+// answers is retried like one that refuses it. It is longer than the longest an API
+// server keeps a request in its priority-and-fairness queue (a quarter of its 60 s
+// request deadline, 15 s) plus the write itself: in a report storm a write the server has
+// queued is answered, or refused with a 429 that client-go retries after the server's
+// Retry-After, rather than abandoned by this pod and sent again to the back of the queue,
+// which would cost the server the same write twice.
+const writeTimeout = 30 * time.Second
 
 // run is the writer: it waits to be woken, writes the report if it changed, and on
 // failure backs off and tries again with whatever the entries hold by then. While the
