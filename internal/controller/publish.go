@@ -66,7 +66,7 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 		o := outcome{breaker: cb, override: overrideAt(cb, now, firstSeen)}
 		var verdict *breakerconfig.Verdict
 		if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
-			verdict = decideFleet(cb, reports.byBreaker[cb.Name]).verdict
+			verdict = keepPublishedStart(published[key], decideFleet(cb, reports.byBreaker[cb.Name]).verdict)
 		}
 		var traffic trafficSums
 		if usesTraffic(cb) {
@@ -93,6 +93,39 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 		plan.outcomes = append(plan.outcomes, o)
 	}
 	return plan
+}
+
+// retimeTolerance is how far a fleet verdict's start may move before the move is
+// published. The start of an Open verdict is the most recent earned Open of a quorum, so
+// while a fleet trips it moves a few milliseconds with each pod's report that arrives, and
+// so does a Closed verdict's while the pods close. Each publication reaches every pod of
+// the namespace (at 5,000 pods, one incident re-published its verdict four times and its
+// recovery eight, each a 5,000-event watch fan-out), while a move this small shortens or
+// lengthens no pod's open period by more than the clock skew the fleet rule already
+// tolerates (maxClockSkew).
+const retimeTolerance = time.Second
+
+// keepPublishedStart returns the published verdict in place of v when v is the same
+// verdict (state, consecutive opens, open period) starting less than retimeTolerance
+// from it, and v otherwise. It reads only the ConfigMap, so a restarted operator keeps
+// the same start.
+func keepPublishedStart(published string, v *breakerconfig.Verdict) *breakerconfig.Verdict {
+	if v == nil || published == "" {
+		return v
+	}
+	old, err := breakerconfig.Parse([]byte(published))
+	if err != nil || old.Verdict == nil {
+		return v
+	}
+	p := old.Verdict
+	if p.State != v.State || p.ConsecutiveOpens != v.ConsecutiveOpens || p.OpenTimeout != v.OpenTimeout {
+		return v
+	}
+	if d := v.Since.Sub(p.Since); d <= -retimeTolerance || d >= retimeTolerance {
+		return v
+	}
+	kept := *p
+	return &kept
 }
 
 // fleetOnly reports whether every breaker whose config changed changed in its fleet counts

@@ -96,6 +96,51 @@ func TestPlanConfigPublishesTheFleetVerdict(t *testing.T) {
 	}
 }
 
+// A verdict whose start moved by less than retimeTolerance (one more pod's report of the
+// same trip arriving) keeps the published start, and so changes nothing to publish; a
+// move of the tolerance or more, or another state, is published.
+func TestPlanConfigKeepsAVerdictsPublishedStart(t *testing.T) {
+	cb := *fleetBreaker(0)
+	planAt := func(cm *corev1.ConfigMap, ms ...member) configPlan {
+		t.Helper()
+		return planConfig(t0, []resiliencev1alpha1.CircuitBreaker{cb}, cm, namespaceReports{byBreaker: map[string][]member{"b": ms}}, nil)
+	}
+	first := planAt(nil, at("x", open, tripped, 5*time.Second))
+	published := &corev1.ConfigMap{Data: first.data}
+	verdictOf := func(p configPlan) *breakerconfig.Verdict {
+		t.Helper()
+		c, err := breakerconfig.Parse([]byte(p.data["b.json"]))
+		if err != nil || c.Verdict == nil {
+			t.Fatalf("no verdict in %q: %v", p.data["b.json"], err)
+		}
+		return c.Verdict
+	}
+	for _, tc := range []struct {
+		name    string
+		later   member
+		changed bool
+		since   time.Duration
+	}{
+		{"a pod's Open 10ms later", at("y", open, tripped, 5*time.Second+10*time.Millisecond), false, 5 * time.Second},
+		{"a pod's Open 999ms later", at("y", open, tripped, 5*time.Second+999*time.Millisecond), false, 5 * time.Second},
+		{"a pod's Open a second later", at("y", open, tripped, 6*time.Second), true, 6 * time.Second},
+	} {
+		p := planAt(published, at("x", open, tripped, 5*time.Second), tc.later)
+		if got := p.outcomes[0].changed; got != tc.changed {
+			t.Errorf("%s: changed %v, want %v", tc.name, got, tc.changed)
+		}
+		if v := verdictOf(p); !v.Since.Equal(t0.Add(tc.since)) {
+			t.Errorf("%s: verdict since %v, want t0+%v", tc.name, v.Since, tc.since)
+		}
+	}
+	// A later Open that is another open period (counted on by its pod) is news at once.
+	again := at("y", open, tripped, 5*time.Second+10*time.Millisecond)
+	again.entry.ConsecutiveOpens = 2
+	if p := planAt(published, at("x", open, tripped, 5*time.Second), again); !p.outcomes[0].changed {
+		t.Error("a verdict with another count was not published")
+	}
+}
+
 func TestRenderRatioConversion(t *testing.T) {
 	for percent, want := range map[int32]float64{1: 0.01, 33: 0.33, 50: 0.5, 99: 0.99, 100: 1} {
 		cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
