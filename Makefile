@@ -106,7 +106,7 @@ bench-cluster: envtest ## Measure config and verdict propagation with 20 instanc
 # make bench-fleet: N in-process pods (FLEET_PODS) and the manager binary as a
 # separate process on envtest; see test/fleet for the other FLEET_* knobs
 # (FLEET_CYCLES, FLEET_SPEC_SAMPLES, FLEET_BREAKERS, FLEET_WAIT_CAP,
-# FLEET_SETTLE_CAP, FLEET_STEADY, FLEET_MANAGER_LOG, FLEET_SCENARIOS,
+# FLEET_SETTLE_CAP, FLEET_STEADY, FLEET_MANAGER_LOG, FLEET_SCENARIOS, FLEET_PROFILE,
 # FLEET_RESTART_BREAKERS, FLEET_RESTART_NAMESPACES), which it passes on.
 FLEET_PODS ?= 500
 FLEET_CLUSTER_PODS ?= 10000

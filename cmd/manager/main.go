@@ -38,6 +38,7 @@ func run() error {
 		metricsAddr   string
 		metricsSecure bool
 		probeAddr     string
+		pprofAddr     string
 		leaderElect   bool
 		leaderElectNS string
 		namespaces    string
@@ -48,6 +49,7 @@ func run() error {
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "", "Address the metrics endpoint binds to (default \":8443\" with --metrics-secure, \":8080\" without); \"0\" disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, to clients the API server authenticates (TokenReview) and authorizes (SubjectAccessReview) for GET /metrics; false serves plain HTTP to anyone, for local runs.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's /debug/pprof endpoints bind to, unauthenticated, for profiling (e.g. 127.0.0.1:6060); \"0\" disables them.")
 	flag.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so only one replica reconciles (default: on when running in a cluster).")
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch (default: all).")
@@ -75,6 +77,7 @@ func run() error {
 		Scheme:                        scheme,
 		Metrics:                       metricsServerOptions(metricsAddr, metricsSecure),
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              "fusebox-manager.fusebox.dev",
 		LeaderElectionNamespace:       leaderElectNS,

@@ -160,6 +160,8 @@ func (h *harness) fleetIncident(c int) incident {
 	}
 	before, api0, w0, cpu0 := h.tr.snapshot(), h.apiWrites(), h.flowWaits(), h.cpu()
 	seq0 := h.tr.breaker(verdictBreaker).seq
+	profiled := h.profile(fmt.Sprintf("incident-%d", c+1), 20*time.Second)
+	defer profiled()
 	start := time.Now()
 	for i := 0; i < len(brs); i += 2 {
 		brs[i].Trip()

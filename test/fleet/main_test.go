@@ -33,6 +33,9 @@
 //	FLEET_MANAGER       manager binary (default: go build ./cmd/manager into a temp dir)
 //	FLEET_MANAGER_LOG   file for the manager's log (default: a temp file, removed)
 //	FLEET_OUT           file to write the markdown table to
+//	FLEET_PROFILE       directory for 20 s CPU profiles of the API server and the operator
+//	                    from each fleet incident's trip (incident-N-apiserver.pprof,
+//	                    incident-N-operator.pprof; go tool pprof reads them)
 package fleet
 
 import (
@@ -52,6 +55,7 @@ type settings struct {
 	scenarios                           map[string]bool // nil: all
 	waitCap, settleCap, steady          time.Duration
 	manager, managerLog, out            string
+	profile                             string // a directory for the API server's CPU profile of each incident, or ""
 }
 
 func loadSettings() (settings, error) {
@@ -66,6 +70,7 @@ func loadSettings() (settings, error) {
 		manager:           os.Getenv("FLEET_MANAGER"),
 		managerLog:        os.Getenv("FLEET_MANAGER_LOG"),
 		out:               os.Getenv("FLEET_OUT"),
+		profile:           os.Getenv("FLEET_PROFILE"),
 	}
 	for _, v := range []struct {
 		env string

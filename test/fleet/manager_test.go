@@ -36,6 +36,7 @@ type manager struct {
 	cmd        *exec.Cmd
 	args       []string
 	metricsURL string
+	pprofURL   string // "" when the binary has no --pprof-bind-address
 	exited     chan struct{}
 	waitErr    error
 	log        *os.File
@@ -103,6 +104,15 @@ func startManager(bin, kubeconfig, logPath string) (*manager, error) {
 	if flags["leader-elect"] {
 		args = append(args, "--leader-elect=false")
 	}
+	pprofURL := ""
+	if flags["pprof-bind-address"] {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--pprof-bind-address=127.0.0.1:"+strconv.Itoa(port))
+		pprofURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", port)
+	}
 	if flags["webhook-cert-mode"] {
 		// The harness installs no webhook configurations: the API server would
 		// call nobody, and the manager needs no certificate.
@@ -130,7 +140,7 @@ func startManager(bin, kubeconfig, logPath string) (*manager, error) {
 		logf.Close()
 		return nil, fmt.Errorf("start manager: %w", err)
 	}
-	m := &manager{cmd: cmd, args: args, metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), exited: make(chan struct{}), log: logf}
+	m := &manager{cmd: cmd, args: args, metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), pprofURL: pprofURL, exited: make(chan struct{}), log: logf}
 	go func() {
 		m.waitErr = cmd.Wait()
 		close(m.exited)

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -186,4 +189,55 @@ func (h *harness) apiServerMetrics() []byte {
 		return nil
 	}
 	return body
+}
+
+// profile starts a CPU profile of d of the API server and of the operator and returns
+// a function that waits for both and writes them to the FLEET_PROFILE directory as
+// name-apiserver.pprof and name-operator.pprof. Without that directory it does nothing.
+// The profiles say where an incident's CPU seconds go (serving applies, admission,
+// watch fan-out, decoding, aggregating).
+func (h *harness) profile(name string, d time.Duration) (wait func()) {
+	if h.s.profile == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	query := fmt.Sprintf("/profile?seconds=%d", int(d.Seconds()))
+	get := func(client *http.Client, url, file string) {
+		defer wg.Done()
+		if err := saveProfile(h.ctx, client, url+query, filepath.Join(h.s.profile, file), d+30*time.Second); err != nil {
+			logf("profile %s: %v", file, err)
+			return
+		}
+		logf("profile: %s", filepath.Join(h.s.profile, file))
+	}
+	wg.Add(1)
+	go get(h.hc, strings.TrimRight(h.cfg.Host, "/")+"/debug/pprof", name+"-apiserver.pprof")
+	if h.mgr != nil && h.mgr.pprofURL != "" {
+		wg.Add(1)
+		go get(http.DefaultClient, h.mgr.pprofURL, name+"-operator.pprof")
+	}
+	return wg.Wait
+}
+
+func saveProfile(ctx context.Context, client *http.Client, url, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
 }
