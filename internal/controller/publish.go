@@ -100,7 +100,7 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 // while a fleet trips it moves a few milliseconds with each pod's report that arrives, and
 // so does a Closed verdict's while the pods close. Each publication reaches every pod of
 // the namespace (at 5,000 pods, one incident re-published its verdict four times and its
-// recovery eight, each a 5,000-event watch fan-out), while a move this small shortens or
+// recovery seven, each a 5,000-event watch fan-out), while a move this small shortens or
 // lengthens no pod's open period by more than the clock skew the fleet rule already
 // tolerates (maxClockSkew).
 const retimeTolerance = time.Second
