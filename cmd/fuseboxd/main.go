@@ -41,8 +41,12 @@ func run() error {
 		kubeconfig = flag.String("kubeconfig", "", "outside a pod: reach the cluster with this kubeconfig, speaking for the pod that POD_NAME, POD_NAMESPACE and POD_UID name")
 		grace      = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write may take at shutdown")
 		debug      = flag.Bool("debug", false, "log at debug level")
+		probeOnly  = flag.Bool("probe", false, "do not serve: check that a daemon serves on --socket (GET /healthz) and exit 0 if it does, 1 if not (the injected sidecar's startup probe)")
 	)
 	flag.Parse()
+	if *probeOnly {
+		return probe(*socket)
+	}
 	level := slog.LevelInfo
 	if *debug {
 		level = slog.LevelDebug

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -171,4 +172,22 @@ func TestListenRefusesNonLoopback(t *testing.T) {
 	}
 	d := startBinary(t, nil, "--listen", "127.0.0.1:0")
 	_ = d
+}
+
+// TestProbe: --probe exits 0 while a daemon serves on the socket, and 1, naming the
+// socket, when none does.
+func TestProbe(t *testing.T) {
+	d := startBinary(t, nil)
+	if out, err := exec.Command(fuseboxdBin, "--probe", "--socket", d.sock).CombinedOutput(); err != nil {
+		t.Fatalf("probe of a serving daemon: %v\n%s", err, out)
+	}
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	out, err := exec.Command(fuseboxdBin, "--probe", "--socket", missing).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("probe of no daemon: %v, want exit status 1\n%s", err, out)
+	}
+	if !strings.Contains(string(out), missing) {
+		t.Errorf("probe of no daemon said %q, want the socket named", out)
+	}
 }

@@ -132,6 +132,8 @@ func sidecarSpecs() {
 		Expect(sc.Name).To(Equal(sidecarContainer))
 		Expect(sc.Image).To(Equal(sidecarImage), "the chart's fuseboxd.image, through the manager's --fuseboxd-image")
 		Expect(sc.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
+		Expect(sc.StartupProbe).NotTo(BeNil(), "the sidecar has no startup probe")
+		Expect(sc.StartupProbe.Exec).To(HaveField("Command", ContainElement("--probe")))
 		Expect(p.Spec.Volumes).To(ContainElement(And(HaveField("Name", socketVolume), HaveField("EmptyDir", Not(BeNil())))))
 		for _, c := range []corev1.Container{sc, p.Spec.Containers[0]} {
 			Expect(c.VolumeMounts).To(ContainElement(And(HaveField("Name", socketVolume), HaveField("MountPath", socketDir))), "container %s", c.Name)
@@ -142,9 +144,20 @@ func sidecarSpecs() {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
 			g.Expect(running(p)).To(BeTrue(), "pod %s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
 			g.Expect(p.Status.InitContainerStatuses).To(ContainElement(And(
-				HaveField("Name", sidecarContainer), HaveField("State.Running", Not(BeNil())))), "the sidecar: %+v", p.Status.InitContainerStatuses)
+				HaveField("Name", sidecarContainer), HaveField("State.Running", Not(BeNil())),
+				HaveField("Started", HaveValue(BeTrue())))), "the sidecar, its startup probe passed: %+v", p.Status.InitContainerStatuses)
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 		record("annotated pod created → sidecar and worker Running", time.Since(start), "images already on the node")
+
+		// The startup probe held the worker back until the socket answered: its very
+		// first call got an answer, not a refused connection.
+		Eventually(func(g Gomega) {
+			out, err := clientset.CoreV1().Pods(sidecarNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "worker"}).DoRaw(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			first, _, _ := strings.Cut(string(out), "\n")
+			g.Expect(first).To(HavePrefix("acquire "), "no call logged yet")
+			g.Expect(first).NotTo(HavePrefix("acquire error"), "the worker started before the sidecar served:\n%s", tail(string(out), 10))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 
 		// The worker's failures, through the socket, open the circuit: the pod's report,
 		// written by the sidecar as the pod (the admission policy lets no other identity

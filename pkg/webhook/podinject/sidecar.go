@@ -29,19 +29,35 @@ var sidecarRequests = corev1.ResourceList{
 	corev1.ResourceMemory: resource.MustParse("32Mi"),
 }
 
+// SidecarBinary is where the sidecar's image holds fuseboxd (make image-fuseboxd puts it
+// there, as its entrypoint); the startup probe runs it.
+const SidecarBinary = "/fuseboxd"
+
 // sidecarContainer is the fuseboxd native sidecar: an init container that keeps
 // running (restartPolicy Always), started before the application's containers, reading
 // the mounted ConfigMap and reporting as the pod (the same environment Plan gives
 // containers), serving its socket on the shared emptyDir.
+//
+// Its startup probe (`fuseboxd --probe`, GET /healthz on the socket, every second for up
+// to a minute) holds the application's containers back until the socket answers: the
+// kubelet starts the containers after a native sidecar only once the sidecar's startup
+// probe has succeeded, so no worker's first call finds nothing listening.
 func sidecarContainer(image string) corev1.Container {
 	always := corev1.ContainerRestartPolicyAlways
+	socket := path.Join(SocketDir, "fusebox.sock")
 	return corev1.Container{
 		Name:          SidecarName,
 		Image:         image,
-		Args:          []string{"--socket", path.Join(SocketDir, "fusebox.sock")},
+		Args:          []string{"--socket", socket},
 		RestartPolicy: &always,
-		Env:           injectedEnv(),
-		Resources:     corev1.ResourceRequirements{Requests: sidecarRequests},
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{SidecarBinary, "--probe", "--socket", socket}}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   2,
+			FailureThreshold: 60,
+		},
+		Env:       injectedEnv(),
+		Resources: corev1.ResourceRequirements{Requests: sidecarRequests},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: VolumeName, MountPath: MountPath, ReadOnly: true},
 			{Name: SocketVolumeName, MountPath: SocketDir},

@@ -41,6 +41,9 @@ func TestSidecar(t *testing.T) {
 			t.Errorf("sidecar %+v: want restartPolicy Always and the default image", sc)
 		}
 		hasInjected(t, "sidecar", sc)
+		if pr := sc.StartupProbe; pr == nil || pr.Exec == nil || !slices.Equal(pr.Exec.Command, []string{SidecarBinary, "--probe", "--socket", SocketDir + "/fusebox.sock"}) {
+			t.Errorf("sidecar startup probe %+v: want fuseboxd --probe on the socket", pr)
+		}
 		if sc.Resources.Requests.Memory().String() != "32Mi" || sc.Resources.Requests.Cpu().String() != "10m" || sc.Resources.Limits != nil {
 			t.Errorf("sidecar resources %+v, want requests 10m and 32Mi, no limits", sc.Resources)
 		}
