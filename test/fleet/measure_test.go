@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -167,28 +166,31 @@ func (h *harness) apiWrites() apiWrites {
 
 // apiServerMetrics is the API server's /metrics text, or nil (logged) when it cannot be read.
 func (h *harness) apiServerMetrics() []byte {
-	ctx, cancel := context.WithTimeout(h.ctx, 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(h.cfg.Host, "/")+"/metrics", nil)
-	if err != nil {
-		return nil
-	}
-	resp, err := h.hc.Do(req)
-	if err != nil {
-		logf("API server metrics: %v", err)
-		return nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		logf("API server metrics: %s", resp.Status)
-		return nil
-	}
-	body, err := io.ReadAll(resp.Body)
+	body, err := get(h.ctx, h.hc, strings.TrimRight(h.cfg.Host, "/")+"/metrics", 15*time.Second)
 	if err != nil {
 		logf("API server metrics: %v", err)
 		return nil
 	}
 	return body
+}
+
+// get is the body of a GET of url that answers 200 within timeout.
+func get(ctx context.Context, client *http.Client, url string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // profile starts a CPU profile of d of the API server and of the operator and returns
@@ -220,24 +222,9 @@ func (h *harness) profile(name string, d time.Duration) (wait func()) {
 }
 
 func saveProfile(ctx context.Context, client *http.Client, url, path string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := get(ctx, client, url, timeout)
 	if err != nil {
 		return err
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, resp.Body)
-	return errors.Join(err, f.Close())
+	return os.WriteFile(path, body, 0o644)
 }
