@@ -40,8 +40,8 @@ const (
 // FieldOwner is the field manager of every write the controller makes.
 const FieldOwner = "fusebox-controller"
 
-// reportCoalesce is how long the status controller waits after a pod's report before it
-// reconciles, so that the reports of a fleet that moves at once are read together.
+// reportCoalesce is how far apart the status controller's reconciles for pods' reports
+// start (coalesced), so that the reports of a fleet that moves at once are read together.
 const reportCoalesce = 100 * time.Millisecond
 
 // CircuitBreakerReconciler publishes the CircuitBreakers of a namespace into its
@@ -288,12 +288,39 @@ func namespaceRequest(o client.Object) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: breakerconfig.ConfigMapName}}
 }
 
-// coalesced enqueues the namespace of every event after delay. The queue keeps one entry
-// per namespace, due at the earliest time asked, so the events of a burst within delay
-// start one reconcile.
+// coalesced enqueues the namespace of each event so that its reconciles start at least
+// delay apart: the first event after a quiet delay starts one at once (the first report of
+// an incident is news), and the events that follow within delay of a reconcile join the
+// next one, delay after it, so that the reports of a burst are read together.
 func coalesced(delay time.Duration) handler.EventHandler {
+	var (
+		mu  sync.Mutex
+		due = map[reconcile.Request]time.Time{} // guarded by mu: each namespace's last reconcile asked for
+	)
 	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		q.AddAfter(namespaceRequest(o), delay)
+		req, now := namespaceRequest(o), time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(due) > 1024 {
+			// An entry a delay old acts as no entry: forget those of quiet namespaces.
+			for r, t := range due {
+				if !now.Before(t.Add(delay)) {
+					delete(due, r)
+				}
+			}
+		}
+		last, ok := due[req]
+		switch {
+		case !ok || !now.Before(last.Add(delay)):
+			due[req] = now
+			q.Add(req)
+		case now.Before(last):
+			q.AddAfter(req, last.Sub(now)) // joins the reconcile already due
+		default:
+			next := last.Add(delay)
+			due[req] = next
+			q.AddAfter(req, next.Sub(now))
+		}
 	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
