@@ -39,14 +39,10 @@ type Traffic struct {
 	// RetryBudget is spec.retryBudget in words ("20% + 10/s"), or "" without one.
 	RetryBudget string `json:"retryBudget,omitempty"`
 	// ThrottleK is spec.throttle.k, or 0 without throttling.
-	ThrottleK        float64 `json:"throttleK,omitempty"`
-	Pods             int32   `json:"pods"`
-	Requests         int64   `json:"requests"`
-	Accepts          int64   `json:"accepts"`
-	Retries          int64   `json:"retries"`
-	Throttled        int64   `json:"throttled"`
-	RetryPercent     *int32  `json:"retryPercent,omitempty"`
-	ThrottledPercent *int32  `json:"throttledPercent,omitempty"`
+	ThrottleK float64 `json:"throttleK,omitempty"`
+	// The counts and ratios of status.traffic, inline; zero until the operator has
+	// written them.
+	resiliencev1alpha1.FleetTraffic
 }
 
 // Pods counts the reporting pods by state.
@@ -126,8 +122,7 @@ func trafficView(cb *resiliencev1alpha1.CircuitBreaker) *Traffic {
 		t.ThrottleK = ptrOr(th.K, resiliencev1alpha1.DefaultThrottleK)
 	}
 	if s := cb.Status.Traffic; s != nil {
-		t.Pods, t.Requests, t.Accepts, t.Retries, t.Throttled = s.Pods, s.Requests, s.Accepts, s.Retries, s.Throttled
-		t.RetryPercent, t.ThrottledPercent = s.RetryPercent, s.ThrottledPercent
+		t.FleetTraffic = *s
 	}
 	return t
 }
