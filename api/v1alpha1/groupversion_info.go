@@ -1,6 +1,7 @@
 // Package v1alpha1 contains the v1alpha1 API of the resilience.fusebox.dev group:
-// the CircuitBreaker resource that declares a breaker for application pods, and
-// the BreakerReport each pod writes about its breakers.
+// the CircuitBreaker resource that declares a breaker for application pods, the
+// BreakerReport each pod writes about its breakers, and the NodeBreakerReport a node
+// agent writes for the pods of its node.
 //
 // +kubebuilder:object:generate=true
 // +groupName=resilience.fusebox.dev
@@ -31,6 +32,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&CircuitBreaker{}, &CircuitBreakerList{},
 		&BreakerReport{}, &BreakerReportList{},
+		&NodeBreakerReport{}, &NodeBreakerReportList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

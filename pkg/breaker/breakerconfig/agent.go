@@ -1,0 +1,78 @@
+package breakerconfig
+
+// The node agent's API (docs/design.md §9): the wire between an application pod (the Go
+// library's kube agent, or the pod's fuseboxd) and fuseboxd --node, the agent of the
+// pod's node, which carries every pod's report and config for its node. This file is its
+// one definition; both ends import it.
+
+// The NodeBreakerReport resource: one per node per namespace with reporting pods, named
+// after the node and owned by its Node.
+const (
+	NodeReportKind     = "NodeBreakerReport"
+	NodeReportResource = "nodebreakerreports"
+)
+
+// The environment of a pod wired to its node's agent, as the pod-injection webhook sets
+// it: where the agent is, and the file of the pod's projected service-account token for
+// it. With EnvNodeAgent set, the pod reads its config from the agent and sends its
+// report there, and needs no access to the API server.
+const (
+	// EnvNodeAgent is the agent's base URL, "http://HOST:PORT" (the Service fusebox-node,
+	// whose internalTrafficPolicy Local keeps every request on the pod's own node).
+	EnvNodeAgent = "FUSEBOX_NODE_AGENT"
+	// EnvNodeAgentToken is the path of the token file; empty means NodeAgentTokenPath.
+	EnvNodeAgentToken = "FUSEBOX_NODE_AGENT_TOKEN"
+)
+
+// NodeAgentAudience is the audience of the projected service-account token a pod presents
+// to its node's agent: a token for the agent is good for nothing else, and no other token
+// is good for the agent.
+const NodeAgentAudience = "fusebox.dev/node-agent"
+
+// NodeAgentTokenPath is where the injection webhook mounts that token.
+const NodeAgentTokenPath = "/var/run/fusebox/node-agent/token"
+
+// NodeAgentPort is the port the agent serves pods on, and the port of Service
+// fusebox-node.
+const NodeAgentPort = 8476
+
+// The agent's paths. Every request carries the pod's token as "Authorization: Bearer
+// <token>"; the agent knows the pod, its namespace and its node from it. A request
+// without a valid token gets 401, one whose pod is not bound to the agent's node 403,
+// and neither records anything.
+const (
+	// AgentConfigPath serves the pod's namespace's rendered config. GET answers one
+	// ConfigSnapshot; GET with ?watch=true streams them, newline-delimited JSON, one
+	// line at once and one per change after it.
+	AgentConfigPath = "/v1/config"
+	// AgentReportPath takes the pod's report: PUT an AgentReport, the whole of it
+	// every time (the agent keeps the latest per pod); 200 with an AgentAck. A report
+	// that fails the BreakerReport schema gets 400 naming the field, and changes
+	// nothing.
+	AgentReportPath = "/v1/report"
+)
+
+// ConfigSnapshot is one line of the config stream: the whole of the namespace's
+// fusebox-breakers ConfigMap as it stands.
+type ConfigSnapshot struct {
+	// Agent identifies the running agent; a new value means the agent restarted and
+	// holds none of the pod's report: the pod sends it again.
+	Agent string `json:"agent"`
+	// Exists says whether the namespace has the ConfigMap; false with no Data means
+	// nothing is published.
+	Exists bool `json:"exists"`
+	// Data is the ConfigMap's data: one Key(name) per breaker.
+	Data map[string]string `json:"data,omitempty"`
+}
+
+// AgentReport is what a pod sends its agent: the entries of its report, as it would
+// write them in its own BreakerReport.
+type AgentReport struct {
+	Breakers []ReportEntry `json:"breakers"`
+}
+
+// AgentAck answers an AgentReport the agent accepted.
+type AgentAck struct {
+	// Agent identifies the running agent, as ConfigSnapshot.Agent does.
+	Agent string `json:"agent"`
+}
