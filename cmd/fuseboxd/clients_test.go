@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The clients of other languages (clients/*) are tested by their own runners against
+// this package's built fuseboxd, which each suite starts as often as it needs (FUSEBOXD
+// names the binary): real daemons for the state machine and the hung sidecar, a lying
+// socket server of the suite's own for the malformed answers.
+
+// skipWithout skips the test saying what to install, or fails it under CI, where
+// .ci/run installs it.
+func skipWithout(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// runSuite runs a client's test runner in dir with FUSEBOXD set, logging its output.
+func runSuite(t *testing.T, dir string, name string, args ...string) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("../../clients", dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "FUSEBOXD="+fuseboxdBin, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s %s:\n%s", filepath.Base(name), strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("%s: %v", filepath.Base(name), err)
+	}
+}
+
+// pythonWithPytest is the first python3 that is at least 3.11 and imports pytest:
+// Debian's python3-pytest installs for /usr/bin/python3, which need not be the python3
+// first on PATH.
+func pythonWithPytest() (string, error) {
+	var tried []string
+	for _, candidate := range []string{"/usr/bin/python3", "python3"} {
+		p, err := exec.LookPath(candidate)
+		if err != nil {
+			continue
+		}
+		out, err := exec.Command(p, "-c", "import sys, pytest; sys.exit(0 if sys.version_info >= (3, 11) else 1)").CombinedOutput()
+		if err == nil {
+			return p, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s (%v: %s)", p, err, strings.TrimSpace(lastLine(string(out)))))
+	}
+	return "", fmt.Errorf("no python3 ≥ 3.11 with pytest among %v: apt-get install python3-pytest", tried)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestPythonClient runs clients/python's pytest suite.
+func TestPythonClient(t *testing.T) {
+	python, err := pythonWithPytest()
+	if err != nil {
+		skipWithout(t, err.Error())
+	}
+	runSuite(t, "python", python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+}
