@@ -73,3 +73,21 @@ func TestPythonClient(t *testing.T) {
 	}
 	runSuite(t, "python", python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 }
+
+// TestNodeClient runs clients/node's node:test suite. The files are named, not globbed,
+// so that the command means the same to Node 18's runner as to later ones.
+func TestNodeClient(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skipWithout(t, "node not found: apt-get install nodejs")
+	}
+	files, err := filepath.Glob("../../clients/node/tests/*.test.js")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test files in clients/node/tests: %v", err)
+	}
+	args := []string{"--test"}
+	for _, f := range files {
+		args = append(args, filepath.Join("tests", filepath.Base(f)))
+	}
+	runSuite(t, "node", node, args...)
+}
