@@ -127,7 +127,9 @@ export class Sidecar {
       retryAfterMs = /^\d{1,9}$/.test(header) ? Number(header) * 1000 : UNKNOWN_RETRY_AFTER_MS;
     }
     const cause = new CircuitOpen(name, state, reason, retryAfterMs);
-    const honour = Math.min(retryAfterMs, this.options.maxRetryAfterMs);
+    // Only an open circuit's wait is a time: a half-open one's is a guess, and the probe
+    // in flight may close the circuit any moment.
+    const honour = state === State.OPEN ? Math.min(retryAfterMs, this.options.maxRetryAfterMs) : 0;
     if (honour > 0) this.refusals.set(name, { until: performance.now() + honour, cause });
     return cause;
   }

@@ -125,3 +125,13 @@ test('a 400 is thrown before the call runs', () =>
     assert.equal(ran, false);
     c.close();
   }));
+
+for (const [state, asks] of [['open', 1], ['half_open', 3], ['closed', 3]]) {
+  test(`only an open circuit's Retry-After is honoured (${state})`, () =>
+    withLiar({ acquire: answer('429 Too Many Requests', `{"state":"${state}","reason":"r","retryAfterMs":5000}`) }, async (liar) => {
+      const c = quiet({ socket: liar.socket, maxRetryAfterMs: 60_000 });
+      for (let i = 0; i < 3; i++) assert.ok((await c.breaker('payments-api').call({ open: (e) => e, close: () => 'never' })) instanceof CircuitOpen);
+      assert.deepEqual(liar.asked, Array(asks).fill('acquire'));
+      c.close();
+    }));
+}

@@ -149,3 +149,15 @@ def test_asyncio_a_lying_release_keeps_the_result(lying: Callable[[dict[str, byt
         assert await b.call(close=lambda: "result") == "result"
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("state", "asks"), [("open", 1), ("half_open", 3), ("closed", 3)])
+def test_only_an_open_circuits_retry_after_is_honoured(
+    state: str, asks: int, lying: Callable[[dict[str, bytes | None]], LyingSidecar]
+) -> None:
+    body = f'{{"state":"{state}","reason":"r","retryAfterMs":5000}}'.encode()
+    sidecar = lying({"acquire": answer("429 Too Many Requests", body)})
+    b = fusebox.Client(sidecar.socket, timeout_ms=2000, max_retry_after_ms=60_000).breaker("payments-api")
+    for _ in range(3):
+        assert isinstance(b.call(open=lambda c: c, close=lambda: "never"), fusebox.CircuitOpen)
+    assert sidecar.asked == ["acquire"] * asks

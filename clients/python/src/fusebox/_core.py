@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ._http import Answer, Malformed, path_segment
 from ._types import CircuitOpen, Outcome, Permit, SidecarError, SidecarUnreachable, State, Stats, Unreachable
@@ -44,6 +45,7 @@ class Options:
 
 
 IsFailure = Callable[[Exception], bool]
+R = TypeVar("R")
 
 
 def every_exception(_: Exception) -> bool:
@@ -101,6 +103,19 @@ class Sidecar:
                 self.options.backoff_ms,
             )
 
+    def _answered(self, read: Callable[[], R]) -> R:
+        """Reads an answer with read; any answer it can read (a refusal of the request
+        included) shows the sidecar deciding again."""
+        try:
+            result = read()
+        except Malformed:
+            raise
+        except BaseException:
+            self.up()
+            raise
+        self.up()
+        return result
+
     def up(self) -> None:
         if self._unreachable is None:
             return
@@ -139,6 +154,9 @@ class Sidecar:
         return Permit(name, None, State.CLOSED, 0, time.monotonic())
 
     def permit(self, name: str, answer: Answer) -> Permit | CircuitOpen:
+        return self._answered(lambda: self._permit(name, answer))
+
+    def _permit(self, name: str, answer: Answer) -> Permit | CircuitOpen:
         """Reads the answer to an acquire: a permit, a refusal, a SidecarError for a request
         the sidecar judged wrong, or Malformed."""
         if answer.status == 201:
@@ -150,12 +168,12 @@ class Sidecar:
             lease = doc.get("leaseMs")
             return Permit(name, permit, state, lease if isinstance(lease, int) else 0, time.monotonic())
         if answer.status == 429:
-            return self.refusal(name, answer)
+            return self._refusal(name, answer)
         if answer.status in (400, 413):
             raise SidecarError(f"fusebox: {name}: the sidecar refused the request ({answer.status}): {_why(answer)}", answer.status)
         raise Malformed(f"a {answer.status} to an acquire: {_why(answer)}")
 
-    def refusal(self, name: str, answer: Answer) -> CircuitOpen:
+    def _refusal(self, name: str, answer: Answer) -> CircuitOpen:
         """Every 429 is a short-circuit, whatever its state and reason: a refusal the
         client does not understand still says not to call."""
         try:
@@ -172,7 +190,9 @@ class Sidecar:
             header = answer.headers.get("retry-after", "")
             retry_after = int(header) * 1000 if header.isdigit() else _UNKNOWN_RETRY_AFTER_MS
         cause = CircuitOpen(name, state, reason if isinstance(reason, str) and reason else "unknown", retry_after)
-        honour = min(retry_after, self.options.max_retry_after_ms)
+        # Only an open circuit's wait is a time: a half-open one's is a guess, and the probe
+        # in flight may close the circuit any moment.
+        honour = min(retry_after, self.options.max_retry_after_ms) if state is State.OPEN else 0
         if honour > 0:
             self._refusals[name] = (time.monotonic() + honour / 1000, cause)
         return cause
@@ -180,6 +200,9 @@ class Sidecar:
     # Releasing.
 
     def settled(self, answer: Answer) -> bool:
+        return self._answered(lambda: self._settled(answer))
+
+    def _settled(self, answer: Answer) -> bool:
         if answer.status == 204:
             return True
         if answer.status == 410:
@@ -189,6 +212,9 @@ class Sidecar:
     # Reading and tripping.
 
     def description(self, name: str, answer: Answer) -> dict[str, object]:
+        return self._answered(lambda: self._description(name, answer))
+
+    def _description(self, name: str, answer: Answer) -> dict[str, object]:
         if answer.status == 200:
             return answer.document()
         if 400 <= answer.status < 500:
@@ -196,6 +222,9 @@ class Sidecar:
         raise Malformed(f"a {answer.status} to a read: {_why(answer)}")
 
     def tripped(self, name: str, answer: Answer) -> None:
+        return self._answered(lambda: self._tripped(name, answer))
+
+    def _tripped(self, name: str, answer: Answer) -> None:
         if answer.status == 204:
             return
         if 400 <= answer.status < 500:

@@ -141,7 +141,6 @@ class Client:
                     conn = None
         if conn is not None:
             conn.close()
-        self._sidecar.up()
         return answer
 
     def _connect(self) -> socket.socket:

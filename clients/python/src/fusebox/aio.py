@@ -119,7 +119,6 @@ class AsyncClient:
             self._idle.append(stream)
         else:
             writer.close()
-        self._sidecar.up()
         return answer
 
     async def _connect(self) -> _Stream:
