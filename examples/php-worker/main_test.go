@@ -82,7 +82,7 @@ func TestWorkersShareOneBreaker(t *testing.T) {
 	for i := range workers {
 		outs[i] = &bytes.Buffer{}
 		procs[i] = exec.Command(php, "worker.php", "--breaker", "payments-api", "--upstream", upstream.URL,
-			"--socket", sock, "--interval-ms", "10", "--stop-file", stop, "--max-calls", "100000")
+			"--socket", sock, "--timeout-ms", "10000", "--interval-ms", "10", "--stop-file", stop, "--max-calls", "100000")
 		procs[i].Stdout, procs[i].Stderr = outs[i], outs[i]
 		if err := procs[i].Start(); err != nil {
 			t.Fatal(err)
