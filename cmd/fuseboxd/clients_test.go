@@ -41,23 +41,27 @@ func runSuite(t *testing.T, dir string, name string, args ...string) {
 	}
 }
 
-// pythonWithPytest is the first python3 that is at least 3.11 and imports pytest:
+// findPython is the first python3 that is at least 3.11 (and imports pytest, if asked):
 // Debian's python3-pytest installs for /usr/bin/python3, which need not be the python3
 // first on PATH.
-func pythonWithPytest() (string, error) {
+func findPython(withPytest bool) (string, error) {
+	probe, want := "import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)", "python3 ≥ 3.11"
+	if withPytest {
+		probe, want = "import sys, pytest; sys.exit(0 if sys.version_info >= (3, 11) else 1)", "python3 ≥ 3.11 with pytest"
+	}
 	var tried []string
 	for _, candidate := range []string{"/usr/bin/python3", "python3"} {
 		p, err := exec.LookPath(candidate)
 		if err != nil {
 			continue
 		}
-		out, err := exec.Command(p, "-c", "import sys, pytest; sys.exit(0 if sys.version_info >= (3, 11) else 1)").CombinedOutput()
+		out, err := exec.Command(p, "-c", probe).CombinedOutput()
 		if err == nil {
 			return p, nil
 		}
 		tried = append(tried, fmt.Sprintf("%s (%v: %s)", p, err, strings.TrimSpace(lastLine(string(out)))))
 	}
-	return "", fmt.Errorf("no python3 ≥ 3.11 with pytest among %v: apt-get install python3-pytest", tried)
+	return "", fmt.Errorf("no %s among %v: apt-get install python3-pytest", want, tried)
 }
 
 func lastLine(s string) string {
@@ -67,7 +71,7 @@ func lastLine(s string) string {
 
 // TestPythonClient runs clients/python's pytest suite.
 func TestPythonClient(t *testing.T) {
-	python, err := pythonWithPytest()
+	python, err := findPython(true)
 	if err != nil {
 		skipWithout(t, err.Error())
 	}
