@@ -22,6 +22,8 @@ log = logging.getLogger("fusebox")
 # fuseboxd's permit ids are base32; anything else could break the request line it goes in.
 _PERMIT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
+_STATES = frozenset(s.value for s in State)
+
 # When a refusal says nothing usable about when to ask again: long enough not to spin,
 # as fuseboxd's own default for a refusal it cannot time.
 _UNKNOWN_RETRY_AFTER_MS = 1000
@@ -180,10 +182,8 @@ class Sidecar:
             doc = answer.document()
         except Malformed:
             doc = {}
-        try:
-            state = State(doc.get("state"))
-        except ValueError:
-            state = State.OPEN
+        named = doc.get("state")
+        state = State(named) if isinstance(named, str) and named in _STATES else State.OPEN
         reason = doc.get("reason")
         retry_after = doc.get("retryAfterMs")
         if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
@@ -252,10 +252,10 @@ def trip_request(name: str) -> tuple[str, str, bytes]:
 
 
 def state_of(description: dict[str, object]) -> State:
-    try:
-        return State(description.get("state"))
-    except ValueError:
-        raise Malformed(f"a breaker whose state is {description.get('state')!r}") from None
+    named = description.get("state")
+    if isinstance(named, str) and named in _STATES:
+        return State(named)
+    raise Malformed(f"a breaker whose state is {named!r}")
 
 
 class Stale(Exception):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import socket as stdsocket
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +41,7 @@ class Client:
         max_retry_after_ms: int = 1000,
     ) -> None:
         self._sidecar = Sidecar(Options(socket, connect_timeout_ms, timeout_ms, backoff_ms, max_retry_after_ms))
-        self._idle: list[socket.socket] = []
+        self._idle: list[stdsocket.socket] = []
         self._lock = threading.Lock()
 
     def breaker(
@@ -143,9 +143,9 @@ class Client:
             conn.close()
         return answer
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> stdsocket.socket:
         self._sidecar.connected()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         timeout_ms = self._sidecar.options.connect_timeout_ms
         try:
             conn.settimeout(timeout_ms / 1000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from . import _core
 from ._core import DEFAULT_SOCKET, IsFailure, Options, Sidecar, Stale, describe_error
@@ -239,6 +239,6 @@ class AsyncBreaker:
 
 async def _result(value: Awaitable[T] | T) -> T:
     if inspect.isawaitable(value):
-        return await value
-    return value
+        return cast(T, await value)
+    return cast(T, value)
 
