@@ -9,8 +9,11 @@ unable to decide.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
+
+_STATUS_LINE = re.compile(r"HTTP/1\.([01]) (\d{3})(?: .*)?")
 
 # Far above anything fuseboxd writes; a peer that sends more is not fuseboxd.
 MAX_HEAD = 16 * 1024
@@ -86,26 +89,25 @@ class Reader:
         return Answer(self._status, self._headers, body, keep)
 
     def _head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0"):
-            raise Malformed(f"an answer that is not HTTP/1.1: {lines[0][:60]!r}")
-        if len(parts[1]) != 3 or not parts[1].isdigit():
-            raise Malformed(f"an answer with the status {parts[1][:10]!r}")
-        self._status = int(parts[1])
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip():
+        status_line, _, rest = head.decode("latin-1").partition("\r\n")
+        m = _STATUS_LINE.fullmatch(status_line)
+        if m is None:
+            raise Malformed(f"an answer that is not HTTP/1.1: {status_line[:60]!r}")
+        self._status = int(m.group(2))
+        headers = self._headers
+        for line in rest.split("\r\n") if rest else ():
+            name, sep, value = line.partition(":")
+            if not sep or not name or name[-1] in " \t" or name[0] in " \t":
                 raise Malformed(f"a header line that is not one: {line[:60]!r}")
-            self._headers[name.decode("latin-1").lower()] = value.strip().decode("latin-1")
-        if "transfer-encoding" in self._headers:
+            headers[name.lower()] = value.strip()
+        if "transfer-encoding" in headers:
             raise Malformed("an answer with a Transfer-Encoding, which fuseboxd never sends")
-        length = self._headers.get("content-length")
+        length = headers.get("content-length")
         if length is None:
             if self._status not in (204, 304):
                 raise Malformed(f"a {self._status} without a Content-Length")
             length = "0"
-        if not length.isdigit() or int(length) > MAX_BODY:
+        if not length.isdigit() or len(length) > 6 or int(length) > MAX_BODY:
             raise Malformed(f"an answer with the Content-Length {length[:20]!r}")
         self._length = int(length)
-        self._keep_alive = parts[0] == b"HTTP/1.1" and self._headers.get("connection", "").lower() != "close"
+        self._keep_alive = m.group(1) == "1" and headers.get("connection", "").lower() != "close"
