@@ -102,7 +102,7 @@ export declare class FuseboxError extends Error {}
 export declare class CircuitOpen extends FuseboxError {
   readonly breaker: string;
   readonly state: State;
-  /** fuseboxd's reason ("open", "half_open_saturated", "forced_open", "permits exhausted", ...) or "unreachable". */
+  /** fuseboxd's reason ("open", "half_open_saturated", "forced_open", one for a client holding too many permits, ...), "unknown" when it gave none, or "unreachable". */
   readonly reason: string;
   readonly retryAfterMs: number;
 }

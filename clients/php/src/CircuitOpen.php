@@ -14,8 +14,9 @@ final class CircuitOpen extends \RuntimeException
     public function __construct(
         public readonly string $breaker,
         public readonly State $state,
-        /** fuseboxd's reason ("open", "half_open_saturated", "forced_open", "permits
-         *  exhausted", ...), "unknown" when it gave none, or "unreachable". */
+        /** fuseboxd's reason ("open", "half_open_saturated", "forced_open", one for a
+         *  client holding too many permits, ...), "unknown" when it gave none, or
+         *  "unreachable". */
         public readonly string $reason,
         /** How long until asking again is worthwhile, in milliseconds. */
         public readonly int $retryAfterMs,

@@ -84,8 +84,9 @@ class CircuitOpen(FuseboxError):
         self.breaker = breaker
         self.state = state
         self.reason = reason
-        """fuseboxd's reason ("open", "half_open_saturated", "forced_open", "permits
-        exhausted", ...) or "unreachable"."""
+        """fuseboxd's reason ("open", "half_open_saturated", "forced_open", one for a
+        client holding too many permits, ...), "unknown" when it gave none, or
+        "unreachable"."""
         self.retry_after_ms = retry_after_ms
 
 
