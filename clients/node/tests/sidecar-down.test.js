@@ -133,3 +133,13 @@ test('after the back-off the sidecar is asked again', async () => {
     await daemon.stop();
   }
 });
+
+test("the process's breakers share one client", async () => {
+  const { breaker, defaultClient, DEFAULT_SOCKET } = await import('../src/index.js');
+  const a = breaker('payments-api');
+  const b = breaker('inventory');
+  assert.equal(a.client, b.client);
+  assert.equal(a.client, defaultClient());
+  assert.equal(a.client.socket, DEFAULT_SOCKET);
+  assert.equal(DEFAULT_SOCKET, '/var/run/fusebox/fusebox.sock');
+});

@@ -139,3 +139,9 @@ def test_asyncio_missing_socket_and_hung_sidecar(tmp_path: Path, own_daemon: Dae
 
     asyncio.run(scenario())
 
+
+
+def test_the_process_breakers_share_one_client() -> None:
+    a, b = fusebox.breaker("payments-api"), fusebox.breaker("inventory")
+    assert a.client is b.client is fusebox.default_client()
+    assert a.client.socket == fusebox.DEFAULT_SOCKET == "/var/run/fusebox/fusebox.sock"
