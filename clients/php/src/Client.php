@@ -306,10 +306,7 @@ final class Client
     {
         $where = $this->socket ?? $this->baseUrl;
         $error = new SidecarError("fusebox: $what: sidecar unreachable at $where: $why");
-        $first = $this->sidecar->unreachable === null;
-        $this->sidecar->unreachable = $error;
-        $this->sidecar->downUntil = hrtime(true) + $this->backoffMs * 1_000_000;
-        if ($first) {
+        if ($this->sidecar->down($error, $this->backoffMs)) {
             $this->log('warning', $error->getMessage() . "; breakers fail open (or closed, as each was made) without asking it, trying again every {$this->backoffMs} ms");
         }
         return $error;
@@ -318,8 +315,7 @@ final class Client
     /** The sidecar answered something it could mean. */
     private function answered(): void
     {
-        if ($this->sidecar->unreachable !== null) {
-            $this->sidecar->unreachable = null;
+        if ($this->sidecar->up()) {
             $this->log('info', 'fusebox: the sidecar at ' . ($this->socket ?? $this->baseUrl) . ' answers again');
         }
     }

@@ -7,6 +7,7 @@ namespace Fusebox\Tests;
 use Fusebox\Breaker;
 use Fusebox\CircuitOpen;
 use Fusebox\Client;
+use Fusebox\Sidecar;
 use Fusebox\SidecarError;
 use Fusebox\State;
 use Fusebox\Unreachable;
@@ -183,6 +184,46 @@ final class SidecarDownTest extends TestCase
             $permit = $breaker->acquire();
             self::assertNotNull($permit->id);
             self::assertTrue($breaker->release($permit, true));
+        } finally {
+            $daemon->stop();
+        }
+    }
+
+    public function testAnotherProcessAdoptsTheBackOff(): void
+    {
+        // As the next request of a PHP-FPM pool would, which keeps nothing of the last.
+        $missing = $this->dir . '/none.sock';
+        $client = new Client($missing, backoffMs: self::LONG_BACKOFF_MS, logger: self::logger());
+        self::assertSame(1, $client->breaker('payments-api')->call(null, fn () => 1));
+        self::assertFileExists(Sidecar::markerOf($missing));
+
+        $script = 'require ' . var_export(__DIR__ . '/../autoload.php', true) . ';'
+            . '$c = new Fusebox\Client(' . var_export($missing, true) . ');'
+            . 'echo json_encode([$c->breaker("payments-api")->call(null, fn () => "ran"), $c->stats(), $c->unreachable()?->getMessage()]);';
+        exec(escapeshellarg(PHP_BINARY) . ' -r ' . escapeshellarg($script) . ' 2>&1', $out, $code);
+        self::assertSame(0, $code, implode("\n", $out));
+        [$result, $stats, $why] = json_decode(implode('', $out), true, 8, JSON_THROW_ON_ERROR);
+        self::assertSame('ran', $result);
+        self::assertSame(0, $stats['requests'], 'the other process tried the socket while the back-off lasted');
+        self::assertStringContainsString('found by another process', $why);
+    }
+
+    public function testTheBackOffEndsForEveryProcessWhenTheSidecarAnswers(): void
+    {
+        $daemon = new Daemon();
+        try {
+            $daemon->publish('php-marker');
+            $client = new Client($daemon->socket, timeoutMs: 200, backoffMs: 50, logger: self::logger());
+            $breaker = $client->breaker('php-marker');
+            $daemon->pause();
+            try {
+                self::assertSame(1, $breaker->call(null, fn () => 1));
+                self::assertFileExists(Sidecar::markerOf($daemon->socket));
+            } finally {
+                $daemon->resume();
+            }
+            Daemon::eventually('a call through the sidecar again', fn () => $breaker->call(null, fn () => true) && $client->unreachable() === null);
+            self::assertFileDoesNotExist(Sidecar::markerOf($daemon->socket));
         } finally {
             $daemon->stop();
         }

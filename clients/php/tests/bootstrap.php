@@ -21,3 +21,14 @@ foreach (['GuzzleHttp/autoload.php', 'Psr/Log/autoload.php'] as $lib) {
         require_once $lib;
     }
 }
+
+// The back-off files (src/Sidecar.php) the suite's clients leave for other processes name
+// the suite's own sockets, all under fbphp* and fblie* directories: removed at the end.
+register_shutdown_function(static function (): void {
+    foreach (glob(sys_get_temp_dir() . '/fusebox-*.down') ?: [] as $marker) {
+        $text = (string) @file_get_contents($marker);
+        if (str_contains($text, sys_get_temp_dir() . '/fbphp') || str_contains($text, sys_get_temp_dir() . '/fblie')) {
+            @unlink($marker);
+        }
+    }
+});
