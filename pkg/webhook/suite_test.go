@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -40,6 +41,9 @@ var (
 
 func TestWebhooks(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// The machines that run this suite are shared and loaded: an Eventually without a
+	// timeout of its own waits a minute, not Gomega's 1 s, and returns as soon as it holds.
+	SetDefaultEventuallyTimeout(time.Minute)
 	RunSpecs(t, "Webhook Suite")
 }
 

@@ -39,6 +39,20 @@ func BenchmarkExecuteClosed(b *testing.B) {
 		ready(b, s)
 		run(b, br)
 	})
+	// Redis killed under the store: its goroutine fails, retries and backs off, and the
+	// call path must not notice (TestRedisKilledMidTraffic checks that calls go on).
+	b.Run("redis-down", func(b *testing.B) {
+		srv := startRedis(b)
+		s := newStore(b, srv, freeKey(b))
+		br, err := s.NewBreaker("bench", p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ready(b, s)
+		srv.Kill()
+		eventually(b, patience, "the store notices the outage", func() bool { return !s.Healthy() })
+		run(b, br)
+	})
 }
 
 // BenchmarkShareVerdict measures how long an open verdict takes to reach a breaker of
