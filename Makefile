@@ -146,18 +146,13 @@ dashboard-screenshot: envtest ## Rewrite docs/images/dashboard.png from the dash
 	DASHBOARD_SCREENSHOT=$(CURDIR)/docs/images/dashboard.png KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestDashboardInChromium$$' -count=1 -v ./internal/plugin
 
 .PHONY: run
-run: manifests generate build envtest kubectl plugin ## Run Fusebox and a simulated workload on a local control plane (or the manager on your cluster with USE_EXISTING_CLUSTER=true).
+run: manifests generate build envtest kubectl plugin ## Run Fusebox, the samples and a simulated workload on a local control plane, printing every change of the breakers (or the manager on your cluster with USE_EXISTING_CLUSTER=true).
 ifeq ($(USE_EXISTING_CLUSTER),true)
 	$(LOCALBIN)/manager --leader-elect=false --metrics-secure=false
 else
 	go build -o $(LOCALBIN)/localcluster ./hack/localcluster
 	$(LOCALBIN)/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager --bin $(LOCALBIN) --sample-workload=$(SAMPLE_WORKLOAD)
 endif
-
-.PHONY: demo
-demo: build envtest ## Run the scripted end-to-end demo on a local control plane; it ends by itself (README: how long).
-	go build -o $(LOCALBIN)/fusebox-demo ./hack/demo
-	$(LOCALBIN)/fusebox-demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
 .PHONY: cluster
 cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.
