@@ -232,8 +232,10 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 		{"requests past 10^12", with("requests", int64(1e12)+1), "breakers[0].requests", false},
 		{"throttled below 0", with("requests", 5, "throttled", -1), "breakers[0].throttled", false},
 		{"two entries of one name", append(with(), with()...), "breakers[1]", false},
-		{"accepts over requests", with("requests", 10, "accepts", 11), "breakers[0]", true},
-		{"retries over requests", with("requests", 10, "retries", 11), "breakers[0]", true},
+		{"accepts over requests", with("requests", 10, "accepts", 11), "breakers[0].accepts", true},
+		{"retries over requests", with("requests", 10, "retries", 11), "breakers[0].retries", true},
+		{"throttled over requests", with("requests", 10, "throttled", 11), "breakers[0].throttled", true},
+		{"accepts without requests", with("accepts", 1), "breakers[0].accepts", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := call(t, http.MethodPut, agent.url+breakerconfig.AgentReportPath, tokens[1], map[string]any{"breakers": tc.entries})
@@ -241,7 +243,7 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 				t.Errorf("the agent: %d %s, want 400 naming %s", status, body, tc.field)
 			}
 			if tc.issue29 && !cel29 {
-				t.Skip("the BreakerReport schema on this commit has no rule bounding accepts and retries by requests (issue 29 adds them); only the agent's refusal is checked")
+				t.Skip("the BreakerReport schema on this commit has no rule bounding accepts, retries and throttled by requests (issue 29 adds them); only the agent's refusal is checked")
 			}
 			err := k8sClient.Create(context.Background(), breakerReport(ns, "as-a-pod-would", tc.entries), client.DryRunAll)
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.field) {
@@ -275,8 +277,8 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 	}
 }
 
-// schemaHasTrafficRules reports whether the BreakerReport schema bounds accepts and
-// retries by requests (issue 29).
+// schemaHasTrafficRules reports whether the BreakerReport schema bounds accepts,
+// retries and throttled by requests (issue 29).
 func schemaHasTrafficRules(t *testing.T) bool {
 	t.Helper()
 	err := k8sClient.Create(context.Background(), breakerReport("default", "probe", []map[string]any{{

@@ -213,18 +213,20 @@ func (e ReportEntry) check(at string) []error {
 			inRange(bad, c.field, *c.n, MaxTrafficCount)
 		}
 	}
-	// What a window can hold (docs/design.md §5.17): no more successes and no more
-	// retries than it was asked to run. A count written without requests is judged
-	// against none.
+	// What a window can hold (docs/design.md §5.17): its accepted, retried and
+	// throttled calls are among its requests. A count written without requests is
+	// judged against none, as the schema's rules judge it.
 	var requests int64
 	if e.Requests != nil {
 		requests = *e.Requests
 	}
-	if e.Accepts != nil && *e.Accepts > requests {
-		bad("accepts", "must be at most requests (%d): a window accepts no more calls than it was asked to run, has %d", requests, *e.Accepts)
-	}
-	if e.Retries != nil && *e.Retries > requests {
-		bad("retries", "must be at most requests (%d): retries are among the calls asked, has %d", requests, *e.Retries)
+	for _, c := range []struct {
+		field string
+		n     *int64
+	}{{"accepts", e.Accepts}, {"retries", e.Retries}, {"throttled", e.Throttled}} {
+		if c.n != nil && *c.n > requests {
+			bad(c.field, "must be at most requests (%d): a window's %s are among its requests, has %d", requests, c.field, *c.n)
+		}
 	}
 	if e.ConfigGeneration < 0 {
 		bad("configGeneration", "must be at least 0, is %d", e.ConfigGeneration)

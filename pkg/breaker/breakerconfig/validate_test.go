@@ -61,6 +61,7 @@ func TestEntryBounds(t *testing.T) {
 		{"accepts over requests", func(e *ReportEntry) { e.Requests, e.Accepts = i64(10), i64(11) }, "accepts"},
 		{"accepts without requests", func(e *ReportEntry) { e.Accepts = i64(1) }, "accepts"},
 		{"retries over requests", func(e *ReportEntry) { e.Requests, e.Retries = i64(10), i64(11) }, "retries"},
+		{"throttled over requests", func(e *ReportEntry) { e.Requests, e.Throttled = i64(10), i64(11) }, "throttled"},
 		{"config generation negative", func(e *ReportEntry) { e.ConfigGeneration = -1 }, "configGeneration"},
 		{"configError at 1024 characters", func(e *ReportEntry) { e.ConfigError = strings.Repeat("é", 1024) }, ""},
 		{"configError at 1025 characters", func(e *ReportEntry) { e.ConfigError = strings.Repeat("e", 1025) }, "configError"},
