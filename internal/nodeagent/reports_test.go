@@ -94,9 +94,7 @@ func TestReportsCoalesce(t *testing.T) {
 			t.Fatalf("resend of pod %d: %d %s", i, status, body)
 		}
 	}
-	// The hold of unearned changes is the longest the agent would wait: past it, a write
-	// would have happened.
-	time.Sleep(defaultPacing.hold + defaultPacing.interval)
+	// A resend the agent took for a change would keep it busy until written.
 	eventually(t, "the agent idle", idle(agent))
 	if n := agent.writes.writesTo(ns); n != writes {
 		t.Errorf("an unchanged resend of %d reports cost %d writes", len(pods), n-writes)
