@@ -94,7 +94,7 @@ func TestReportsCoalesce(t *testing.T) {
 			t.Fatalf("resend of pod %d: %d %s", i, status, body)
 		}
 	}
-	// A resend the agent took for a change would keep it busy until written.
+	// Whatever the agent made of the resends is settled, and written, once it is idle.
 	eventually(t, "the agent idle", idle(agent))
 	if n := agent.writes.writesTo(ns); n != writes {
 		t.Errorf("an unchanged resend of %d reports cost %d writes", len(pods), n-writes)
