@@ -23,6 +23,9 @@ const (
 	// AnnotationInject on a Pod asks the pod-injection webhook to wire it to
 	// its breakers' configuration, when its value is "true".
 	AnnotationInject = "fusebox.dev/inject"
+	// AnnotationSidecar on a Pod asks the pod-injection webhook for the fuseboxd
+	// decision sidecar, when its value is "true".
+	AnnotationSidecar = "fusebox.dev/sidecar"
 	// LabelInjection set to "disabled" on a Namespace keeps the pod-injection
 	// webhook out of it.
 	//

@@ -17,12 +17,15 @@
 // decision sidecar, cmd/fuseboxd (docs/fuseboxd.md), for applications in other
 // languages: an init container named fuseboxd with restartPolicy Always (a native
 // sidecar, first, so it serves before the application starts) that has the volume,
-// mount and environment above and requests 10m CPU and 32Mi memory; and an emptyDir,
+// mount and environment above, requests 10m CPU and 32Mi memory and meets Pod
+// Security's restricted level; and an emptyDir,
 // fusebox-socket, mounted at /var/run/fusebox in it, in every container and in every
 // sidecar init container, where the application finds its socket. The application's
 // containers get the configuration too only with fusebox.dev/inject as well. The image
 // is Injector.SidecarImage (DefaultSidecarImage when empty), which the manager's
-// --fuseboxd-image flag and the chart's fuseboxd.image values set.
+// --fuseboxd-image flag and the chart's fuseboxd.image values set. A pod that has a
+// container named fuseboxd that is not a native sidecar is refused, with a message
+// naming the fix.
 //
 // The webhook never replaces what the pod already has: a volume, a mount at
 // /etc/fusebox or an environment variable of the same name that differs from
@@ -35,6 +38,6 @@
 // The webhook is registered for pod creation only: Kubernetes refuses changes
 // to a pod's volumes and containers' environment after creation, so there is
 // nothing to do on update. Its configuration (config/webhook) fails open
-// (failurePolicy: Ignore), so Fusebox can never keep a workload from starting,
-// and skips the system namespaces and the operator's own.
+// (failurePolicy: Ignore), so a Fusebox that is down or slow never keeps a workload
+// from starting, and skips the system namespaces and the operator's own.
 package podinject

@@ -21,6 +21,7 @@ func FuzzInjector(f *testing.F) {
 		`{"metadata":{"annotations":{"fusebox.dev/sidecar":"true"}},"spec":{"containers":[{"name":"a"}]}}`,
 		`{"metadata":{"annotations":{"fusebox.dev/sidecar":"true","fusebox.dev/inject":"true"}},"spec":{"containers":[{"name":"a"},{"name":"b","volumeMounts":[]}],"initContainers":[{"name":"s","restartPolicy":"Always"},{"name":"i"}]}}`,
 		`{"metadata":{"annotations":{"fusebox.dev/sidecar":"true"}},"spec":{"volumes":[{"name":"fusebox-socket","hostPath":{"path":"/x"}}],"containers":[{"name":"a","volumeMounts":[{"name":"v","mountPath":"/var/run/fusebox/"}]}],"initContainers":[{"name":"fuseboxd","image":"mine"}]}}`,
+		`{"metadata":{"annotations":{"fusebox.dev/sidecar":"true"}},"spec":{"containers":[{"name":"fuseboxd"}]}}`,
 		`{"spec":{"containers":[{"name":"a"}]}}`,
 		`[]`, `null`, `{"spec":null}`, ``,
 	} {

@@ -79,6 +79,11 @@ func (i Injector) Handle(_ context.Context, req admission.Request) admission.Res
 		// never patch paths the object does not have.
 		return admission.Allowed("")
 	}
+	if sidecar {
+		if msg := sidecarNameTaken(&pod); msg != "" {
+			return admission.Denied(msg)
+		}
+	}
 	var p planner
 	if pod.Annotations[resiliencev1alpha1.AnnotationInject] == "true" {
 		p.plan(&pod)

@@ -49,6 +49,12 @@ func admit(t testing.TB, raw []byte) ([]byte, admission.Response) {
 	if len(resp.Patches) == 0 {
 		return raw, resp
 	}
+	return applyPatch(t, raw, resp), resp
+}
+
+// applyPatch applies resp's patch to raw, as the API server would.
+func applyPatch(t testing.TB, raw []byte, resp admission.Response) []byte {
+	t.Helper()
 	patch, err := jsonpatchapply.DecodePatch(mustJSON(t, resp.Patches))
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +63,7 @@ func admit(t testing.TB, raw []byte) ([]byte, admission.Response) {
 	if err != nil {
 		t.Fatalf("patch %s does not apply: %v", mustJSON(t, resp.Patches), err)
 	}
-	return out, resp
+	return out
 }
 
 func decodePod(t testing.TB, raw []byte) *corev1.Pod {
