@@ -37,8 +37,9 @@ func labelledNamespace(prefix string, labels map[string]string) string {
 
 var _ = Describe("Pod Security restricted", func() {
 	ctx := context.Background()
+	BeforeEach(func() { ensureAgentService(ctx) })
 
-	It("admits compliant pods annotated for the sidecar in a namespace that enforces restricted", func() {
+	It("admits compliant pods annotated for the sidecar, the node agent or both in a namespace that enforces restricted", func() {
 		ns := labelledNamespace("restricted-", map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})
 
 		// The control: the API server enforces the level here.
@@ -49,10 +50,27 @@ var _ = Describe("Pod Security restricted", func() {
 		for _, annotations := range []map[string]string{
 			{resiliencev1alpha1.AnnotationSidecar: "true"},
 			{resiliencev1alpha1.AnnotationSidecar: "true", resiliencev1alpha1.AnnotationInject: "true"},
+			nodeAgentOptIn,
+			{resiliencev1alpha1.AnnotationSidecar: "true", resiliencev1alpha1.AnnotationNodeAgent: "true"},
 		} {
 			p := restrictedPod(ns, annotations)
 			Expect(k8sClient.Create(ctx, p)).To(Succeed(), "annotations %v", annotations)
-			Expect(p.Spec.InitContainers).To(ContainElement(HaveField("Name", podinject.SidecarName)), "annotations %v: no sidecar", annotations)
+			if annotations[resiliencev1alpha1.AnnotationSidecar] == "true" {
+				Expect(p.Spec.InitContainers).To(ContainElement(HaveField("Name", podinject.SidecarName)), "annotations %v: no sidecar", annotations)
+			} else {
+				tokenVolume(Default, p)
+			}
+		}
+
+		// Opted in by the namespace's label: every compliant pod, wired.
+		both := labelledNamespace("restricted-agent-", map[string]string{
+			"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+			resiliencev1alpha1.LabelNodeAgent: resiliencev1alpha1.NodeAgentEnabled,
+		})
+		for _, annotations := range []map[string]string{nil, {resiliencev1alpha1.AnnotationSidecar: "true"}} {
+			p := restrictedPod(both, annotations)
+			Expect(k8sClient.Create(ctx, p)).To(Succeed(), "annotations %v", annotations)
+			tokenVolume(Default, p)
 		}
 	})
 })

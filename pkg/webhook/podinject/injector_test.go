@@ -83,6 +83,9 @@ func asStored(p *corev1.Pod) {
 		if cm := p.Spec.Volumes[i].ConfigMap; cm != nil && cm.DefaultMode == nil {
 			cm.DefaultMode = &mode
 		}
+		if pr := p.Spec.Volumes[i].Projected; pr != nil && pr.DefaultMode == nil {
+			pr.DefaultMode = &mode
+		}
 	}
 	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for i := range cs {
@@ -110,7 +113,7 @@ func hasInjected(t *testing.T, where string, c corev1.Container) {
 	}) {
 		t.Errorf("%s: no read-only mount of %s at %s: %+v", where, VolumeName, MountPath, c.VolumeMounts)
 	}
-	for _, want := range injectedEnv() {
+	for _, want := range configEnv() {
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return sameEnv(e, want) }) {
 			t.Errorf("%s: no %s: %+v", where, want.Name, c.Env)
 		}
@@ -304,7 +307,7 @@ func TestServeHTTPGarbage(t *testing.T) {
 // operator and the pods share, which pkg/breaker/kube reads.
 func TestEnvironmentNamesAreBreakerconfigs(t *testing.T) {
 	var names []string
-	for _, e := range injectedEnv() {
+	for _, e := range configEnv() {
 		names = append(names, e.Name)
 	}
 	want := []string{breakerconfig.EnvConfigDir, breakerconfig.EnvPodName, breakerconfig.EnvNamespace, breakerconfig.EnvPodUID}

@@ -61,17 +61,21 @@ func sidecarSecurityContext() *corev1.SecurityContext {
 }
 
 // sidecarContainer is the fuseboxd native sidecar: an init container that keeps
-// running (restartPolicy Always), started before the application's containers, reading
-// the mounted ConfigMap and reporting as the pod (the same environment Plan gives
-// containers), serving its socket on the shared emptyDir.
+// running (restartPolicy Always), started before the application's containers, wired
+// as p plans (to the mounted ConfigMap, reporting as the pod, or to the node agent),
+// serving its socket on the shared emptyDir.
 //
 // Its startup probe (`fuseboxd --probe`, GET /healthz on the socket, every second for up
 // to a minute) holds the application's containers back until the socket answers: the
 // kubelet starts the containers after a native sidecar only once the sidecar's startup
 // probe has succeeded, so no worker's first call finds nothing listening.
-func sidecarContainer(image string) corev1.Container {
+func (p *planner) sidecarContainer(image string) corev1.Container {
 	always := corev1.ContainerRestartPolicyAlways
 	socket := path.Join(SocketDir, "fusebox.sock")
+	wiring := configMount()
+	if p.agentURL != "" {
+		wiring = tokenMount()
+	}
 	return corev1.Container{
 		Name:          SidecarName,
 		Image:         image,
@@ -83,13 +87,10 @@ func sidecarContainer(image string) corev1.Container {
 			TimeoutSeconds:   2,
 			FailureThreshold: 60,
 		},
-		Env:             injectedEnv(),
+		Env:             p.environment(),
 		Resources:       corev1.ResourceRequirements{Requests: sidecarRequests},
 		SecurityContext: sidecarSecurityContext(),
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: VolumeName, MountPath: MountPath, ReadOnly: true},
-			{Name: SocketVolumeName, MountPath: SocketDir},
-		},
+		VolumeMounts:    []corev1.VolumeMount{wiring, {Name: SocketVolumeName, MountPath: SocketDir}},
 	}
 }
 
@@ -128,7 +129,7 @@ func (p *planner) sidecar(pod *corev1.Pod, image string) {
 	if image == "" {
 		image = DefaultSidecarImage
 	}
-	p.volume(pod.Spec.Volumes)
+	p.podVolume(pod.Spec.Volumes)
 	p.socketVolume(pod.Spec.Volumes)
 	present := false
 	for i := range pod.Spec.InitContainers {
@@ -149,10 +150,10 @@ func (p *planner) sidecar(pod *corev1.Pod, image string) {
 	}
 	// First, so that it is serving before any other container starts.
 	if pod.Spec.InitContainers == nil && !p.created["/spec/initContainers"] {
-		p.create("/spec/initContainers", []corev1.Container{sidecarContainer(image)})
+		p.create("/spec/initContainers", []corev1.Container{p.sidecarContainer(image)})
 		return
 	}
-	p.add("/spec/initContainers/0", sidecarContainer(image))
+	p.add("/spec/initContainers/0", p.sidecarContainer(image))
 }
 
 func (p *planner) socketVolume(volumes []corev1.Volume) {
