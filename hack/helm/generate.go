@@ -262,6 +262,9 @@ func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
 			body = fmt.Sprintf("{{- if eq .Values.webhook.certMode %q }}\n%s{{- else }}\n%s{{- end }}\n", selfSigned, ts, tc)
 		}
 		switch {
+		case isNodeAgent(o):
+			body = gate(".Values.nodeAgent.enabled", body)
+			defaults.nodeAgent.objects = append(defaults.nodeAgent.objects, key(o))
 		case kind(o) == "ClusterRole" && name(o) == breakerClientRole:
 			body = gate(".Values.breakerClientRole.enabled", body)
 		case strings.HasPrefix(str(o, "apiVersion"), "admissionregistration.k8s.io/") &&
@@ -281,6 +284,9 @@ func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
 	}
 	if !defaults.found {
 		return nil, errors.New("config/default renders no Deployment with a manager container")
+	}
+	if !defaults.nodeAgent.found {
+		return nil, errors.New("config/default renders no node agent DaemonSet (config/nodeagent), whose values the chart has")
 	}
 	if templated == 0 {
 		return nil, errors.New("nothing to template")

@@ -17,6 +17,7 @@ type values struct {
 	resources         any
 	admissionPolicies []string
 	flowControl       []string
+	nodeAgent         nodeAgentValues
 }
 
 // isFlowControl: a FlowSchema or PriorityLevelConfiguration of config/flowcontrol.
@@ -31,7 +32,32 @@ const (
 	resourcesToken = "FUSEBOX_HELM_RESOURCES"
 )
 
-var resourcesLine = regexp.MustCompile(`(?m)^( *)resources: ` + resourcesToken + `$`)
+// yamlValues are the placeholders that stand for a whole value of the chart's,
+// each the value of a key on a line of its own: "KEY: TOKEN" becomes
+// "KEY: {{- toYaml .Values.PATH | nindent N }}".
+var yamlValues = map[string]string{
+	resourcesToken:            ".Values.resources",
+	nodeAgentResourcesToken:   ".Values.nodeAgent.resources",
+	nodeAgentTolerationsToken: ".Values.nodeAgent.tolerations",
+}
+
+var valueLine = regexp.MustCompile(`(?m)^( *)([A-Za-z]+): (FUSEBOX_HELM_[A-Z_]+)$`)
+
+// replaceValueLines turns the lines of text that hold a placeholder of
+// yamlValues, or of lineTemplates, into their template actions.
+func replaceValueLines(text string) string {
+	return valueLine.ReplaceAllStringFunc(text, func(line string) string {
+		m := valueLine.FindStringSubmatch(line)
+		indent, field, token := m[1], m[2], m[3]
+		if path, ok := yamlValues[token]; ok {
+			return fmt.Sprintf("%s%s: {{- toYaml %s | nindent %d }}", indent, field, path, len(indent)+2)
+		}
+		if t, ok := lineTemplates[token]; ok {
+			return t(indent, field)
+		}
+		return line // left for the check that no placeholder remains
+	})
+}
 
 // template turns one rendered object into chart template text.
 func template(src object, defaults *values) (string, error) {
@@ -59,8 +85,13 @@ func template(src object, defaults *values) (string, error) {
 	labels["app.kubernetes.io/managed-by"] = "{{ .Release.Service }}"
 	labels["helm.sh/chart"] = "{{ include `fusebox.chart` . }}"
 
-	if kind(o) == "Deployment" {
+	switch kind(o) {
+	case "Deployment":
 		if err := templateDeployment(o, defaults); err != nil {
+			return "", err
+		}
+	case "DaemonSet":
+		if err := templateDaemonSet(o, defaults); err != nil {
 			return "", err
 		}
 	}
@@ -70,10 +101,7 @@ func template(src object, defaults *values) (string, error) {
 	}
 	text := string(data)
 	text = strings.ReplaceAll(text, replicasToken, "{{ .Values.replicas }}")
-	text = resourcesLine.ReplaceAllStringFunc(text, func(line string) string {
-		indent := len(resourcesLine.FindStringSubmatch(line)[1])
-		return fmt.Sprintf("%sresources: {{- toYaml .Values.resources | nindent %d }}", strings.Repeat(" ", indent), indent+2)
-	})
+	text = replaceValueLines(text)
 	if strings.Contains(text, "FUSEBOX_HELM_") {
 		return "", fmt.Errorf("%s: a placeholder was left in the template", key(src))
 	}
@@ -102,7 +130,7 @@ func templateDeployment(o object, defaults *values) error {
 	}
 	replicas, _ := spec["replicas"].(float64)
 	if !defaults.found {
-		*defaults = values{found: true, repository: repo, tag: tag, replicas: int64(replicas), resources: c["resources"], admissionPolicies: defaults.admissionPolicies, flowControl: defaults.flowControl}
+		defaults.found, defaults.repository, defaults.tag, defaults.replicas, defaults.resources = true, repo, tag, int64(replicas), c["resources"]
 	}
 	c["image"] = "{{ include `fusebox.image` . }}"
 	c["imagePullPolicy"] = "{{ .Values.image.pullPolicy }}"
