@@ -7,6 +7,10 @@ EXAMPLE_IMG ?= ghcr.io/fusebox-dev/fusebox-example:latest
 # The fuseboxd image: the sidecar the pod webhook injects (pkg/webhook/podinject), and
 # the node agent's DaemonSet (config/nodeagent, which `make deploy` points at it).
 FUSEBOXD_IMG ?= ghcr.io/fusebox-dev/fuseboxd:latest
+# The platforms of the images make image, image-example, image-fuseboxd and image-push
+# build: each is a full cross-compile, so `make image PLATFORMS=linux/amd64` takes half
+# the time when one is enough (a local cluster, a test).
+PLATFORMS ?= linux/amd64,linux/arm64
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
@@ -17,6 +21,9 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.2
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM ?= $(LOCALBIN)/helm
+# The Helm SDK version hack/helm renders and tests the chart with: one version, read from there.
+HELM_VERSION ?= $(shell cd hack/helm && GOWORK=off go list -m -f '{{.Version}}' helm.sh/helm/v3)
 
 # Set USE_EXISTING_CLUSTER=true to run the manager against the cluster of your
 # KUBECONFIG instead of a local control plane.
@@ -164,24 +171,29 @@ cluster-down: ## Stop the cluster of `make cluster`; it leaves nothing on the ma
 	hack/cluster.sh down
 
 .PHONY: image
-image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
+image: ## Build the manager image for PLATFORMS (default linux/amd64,linux/arm64) without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
 
 .PHONY: image-example
 image-example: ## Build the image of examples/in-cluster the same way: bin/image-example (OCI layout), bin/image-example.tar.
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./examples/in-cluster -entrypoint /in-cluster -title fusebox-example -tag $(EXAMPLE_IMG) -layout $(LOCALBIN)/image-example -archive $(LOCALBIN)/image-example.tar
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -package ./examples/in-cluster -entrypoint /in-cluster -title fusebox-example -tag $(EXAMPLE_IMG) -layout $(LOCALBIN)/image-example -archive $(LOCALBIN)/image-example.tar
 
 .PHONY: image-fuseboxd
 image-fuseboxd: ## Build the fuseboxd sidecar image the same way: bin/fuseboxd-image (OCI layout), bin/fuseboxd-image.tar.
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd -tag $(FUSEBOXD_IMG) -layout $(LOCALBIN)/fuseboxd-image -archive $(LOCALBIN)/fuseboxd-image.tar
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd -tag $(FUSEBOXD_IMG) -layout $(LOCALBIN)/fuseboxd-image -archive $(LOCALBIN)/fuseboxd-image.tar
 
 .PHONY: image-push
 image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar -push
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar -push
 
 .PHONY: docker-build
 docker-build: ## Build the manager image with a Docker engine (the Dockerfile; same contents as `make image`).
 	docker build -t $(IMG) .
+
+.PHONY: helm-bin
+helm-bin: $(HELM) ## Build bin/helm from its Go module, at the version hack/helm tests the chart with.
+$(HELM): hack/helm/go.mod | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: helm
 helm: kustomize ## Generate the Helm chart in dist/chart from config/.
