@@ -12,6 +12,10 @@ FUSEBOXD_IMG ?= ghcr.io/fusebox-dev/fuseboxd:latest
 # the time when one is enough (a local cluster, a test).
 PLATFORMS ?= linux/amd64,linux/arm64
 SHELL = /usr/bin/env bash -o pipefail
+# The recipes that build outside the workspace say GOWORK=off themselves; one from the
+# caller's environment (a script that exported it, as hack/cluster.sh exec's did) would
+# turn go.work off for every other go command here and fail them (missing go.sum entry).
+unexport GOWORK
 .SHELLFLAGS = -ec
 
 LOCALBIN ?= $(shell pwd)/bin
@@ -166,6 +170,11 @@ endif
 cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.
 	hack/cluster.sh up
 
+.PHONY: cluster-load
+cluster-load: ## Load the images of make image and make image-fuseboxd (the manager's, fuseboxd's) into the cluster of make cluster.
+	hack/cluster.sh load $(LOCALBIN)/image.tar
+	hack/cluster.sh load $(LOCALBIN)/fuseboxd-image.tar
+
 .PHONY: cluster-down
 cluster-down: ## Stop the cluster of `make cluster`; it leaves nothing on the machine.
 	hack/cluster.sh down
@@ -209,11 +218,23 @@ install: manifests kustomize ## Install the CRDs into the cluster of your KUBECO
 uninstall: manifests kustomize ## Remove the CRDs (and every CircuitBreaker) from the cluster.
 	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
 
+# make deploy's manifests: config/default with IMG as the manager's image and FUSEBOXD_IMG
+# as the node agent's and as the sidecar's the pod webhook injects (--fuseboxd-image).
+# The images are set in a copy of config/ under bin/deploy, so config/ stays as committed.
+DEPLOY_DIR = $(LOCALBIN)/deploy
+
+.PHONY: deploy-manifests
+deploy-manifests: kustomize ## Render what make deploy applies into bin/deploy/fusebox.yaml (IMG, FUSEBOXD_IMG), leaving config/ as it is.
+	rm -rf $(DEPLOY_DIR) && mkdir -p $(DEPLOY_DIR) && cp -R config $(DEPLOY_DIR)/config
+	cd $(DEPLOY_DIR)/config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd $(DEPLOY_DIR)/config/nodeagent && $(KUSTOMIZE) edit set image fuseboxd=$(FUSEBOXD_IMG)
+	cd $(DEPLOY_DIR)/config/default && $(KUSTOMIZE) edit add patch --kind Deployment --name controller-manager \
+		--patch '[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--fuseboxd-image=$(FUSEBOXD_IMG)"}]'
+	$(KUSTOMIZE) build $(DEPLOY_DIR)/config/default > $(DEPLOY_DIR)/fusebox.yaml
+
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the operator and the node agent to the cluster of your KUBECONFIG.
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	cd config/nodeagent && $(KUSTOMIZE) edit set image fuseboxd=$(FUSEBOXD_IMG)
-	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+deploy: manifests deploy-manifests ## Deploy the operator and the node agent to the cluster of your KUBECONFIG (IMG, FUSEBOXD_IMG: both images).
+	kubectl apply --server-side -f $(DEPLOY_DIR)/fusebox.yaml
 
 .PHONY: undeploy
 undeploy: kustomize ## Remove the operator from the cluster.

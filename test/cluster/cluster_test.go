@@ -6,8 +6,8 @@ import (
 
 // One install, one example application, in the order a user meets them: each spec leaves
 // the cluster as the next one expects it (the operator installed, then scaled, upgraded
-// and finally uninstalled). A failed spec does not stop the rest, which say what else
-// works.
+// and uninstalled, then deployed the other way, with kustomize, and undeployed). A failed
+// spec does not stop the rest, which say what else works.
 var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cluster"), func() {
 	BeforeAll(func() {
 		connect()
@@ -21,4 +21,5 @@ var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cl
 	Describe("config propagation", propagationSpecs)
 	Describe("leader election", failoverSpecs)
 	Describe("upgrade and uninstall", upgradeSpecs)
+	Describe("installed with make deploy", deploySpecs)
 })

@@ -61,16 +61,20 @@ trap interrupted INT TERM HUP
 
 step "building the suite (test/cluster) and the images"
 (cd test/cluster && go test -c -o "${out}/cluster.test" .)
-make --no-print-directory image IMG="${img}" >&2
+# The spec of make deploy runs make in the cluster's namespace, which has no network to
+# build them in.
+make --no-print-directory controller-gen kustomize >&2
+native="linux/$(go env GOARCH)"
+# The node's platform only: it runs nothing else, and each platform is a full build.
+make --no-print-directory image IMG="${img}" PLATFORMS="${native}" >&2
 # A real rebuild, not a second name for the same image: another version label, so
 # another digest, as a new release would have.
 (cd hack/image && go run . -root "${root}" -tag "${rebuilt}" -version e2e-rebuilt -platforms "linux/$(go env GOARCH)" \
 	-layout "${out}/image-rebuilt" -archive "${out}/image-rebuilt.tar") >&2
 rm -rf "${out}/image-rebuilt"
-make --no-print-directory image-example EXAMPLE_IMG="${example}" >&2
+make --no-print-directory image-example EXAMPLE_IMG="${example}" PLATFORMS="${native}" >&2
 # The sidecar's and the worker's, as make image-fuseboxd builds the first, for this
-# machine's platform only: the node runs nothing else, and each platform is a link.
-native="linux/$(go env GOARCH)"
+# machine's platform only.
 (cd hack/image && go run . -root "${root}" -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd \
 	-tag "${fuseboxd}" -platforms "${native}" -layout "${out}/image-fuseboxd" -archive "${out}/image-fuseboxd.tar") >&2
 (cd hack/image && go run . -root "${root}" -package ./hack/fuseboxd-worker -entrypoint /fuseboxd-worker -title fuseboxd-worker \

@@ -27,7 +27,8 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/webhook/podinject"
 )
 
-func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
+// kustomizeBin is the kustomize binary make test names (KUSTOMIZE), else bin/kustomize.
+func kustomizeBin(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("KUSTOMIZE")
 	if bin == "" {
@@ -39,6 +40,16 @@ func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
 		}
 		t.Skipf("SKIPPED: kustomize not found at %s; run `make kustomize` (or `make test`, which builds it) to render config/", bin)
 	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	bin := kustomizeBin(t)
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "build", filepath.Join("..", "..", dir))
 	cmd.Stderr = &stderr
@@ -46,6 +57,12 @@ func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
 	}
+	return decodeObjects(t, out)
+}
+
+// decodeObjects reads the objects of a multi-document YAML stream.
+func decodeObjects(t *testing.T, out []byte) []*unstructured.Unstructured {
+	t.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []*unstructured.Unstructured
 	for {
