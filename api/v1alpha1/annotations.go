@@ -51,3 +51,13 @@ const (
 	NodeAgentEnabled  = "enabled"
 	InjectionDisabled = "disabled"
 )
+
+// The labels of the node agents' pods (the DaemonSet fusebox-node, docs/design.md §9) in
+// the operator's namespace: the operator counts a node's reports only while a pod so
+// labelled, bound to that node, is Ready.
+const (
+	LabelAppName       = "app.kubernetes.io/name"
+	AppName            = "fusebox"
+	LabelAppComponent  = "app.kubernetes.io/component"
+	ComponentNodeAgent = "node-agent"
+)

@@ -213,16 +213,24 @@ func relevance(cb *resiliencev1alpha1.CircuitBreaker, m *member) int {
 
 // listed returns the most relevant members as status.members spells them: by relevance,
 // then the most recent first, then by pod name, so the list is stable while nothing moves.
+// Only the first MaxMembersListed are kept in order as the members go by, not all of them
+// sorted: a fleet of thousands costs one pass.
 func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resiliencev1alpha1.MemberStatus {
-	order := make([]*member, len(members))
-	for i := range members {
-		order[i] = &members[i]
-	}
-	slices.SortFunc(order, func(a, b *member) int {
+	const most = resiliencev1alpha1.MaxMembersListed
+	order := func(a, b *member) int {
 		return cmp.Or(cmp.Compare(relevance(cb, a), relevance(cb, b)), b.since.Compare(a.since), cmp.Compare(a.pod, b.pod))
-	})
-	out := make([]resiliencev1alpha1.MemberStatus, 0, min(len(order), resiliencev1alpha1.MaxMembersListed))
-	for _, m := range order[:min(len(order), resiliencev1alpha1.MaxMembersListed)] {
+	}
+	top := make([]*member, 0, most+1)
+	for i := range members {
+		m := &members[i]
+		if len(top) == most && order(m, top[most-1]) >= 0 {
+			continue
+		}
+		at, _ := slices.BinarySearchFunc(top, m, order)
+		top = slices.Insert(top, at, m)[:min(len(top)+1, most)]
+	}
+	out := make([]resiliencev1alpha1.MemberStatus, 0, len(top))
+	for _, m := range top {
 		out = append(out, resiliencev1alpha1.MemberStatus{
 			Pod:   m.pod,
 			State: m.entry.State,
