@@ -43,10 +43,12 @@ var (
 
 // SetFleet tells the breaker what the operator last published about its fleet. It costs the
 // call path nothing; pkg/breaker/kube calls it on every config it applies, and tests or other
-// sources may call it directly.
+// sources may call it directly. Negative counts count as 0, and Accepts at most Requests:
+// accepts are among the requests, and more of them would switch throttling off.
 func (b *Breaker) SetFleet(f Fleet) {
 	f.Pods = max(f.Pods, 0)
-	f.Requests, f.Accepts = max(f.Requests, 0), max(f.Accepts, 0)
+	f.Requests = max(f.Requests, 0)
+	f.Accepts = min(max(f.Accepts, 0), f.Requests)
 	b.fleet.Store(&f)
 	b.mu.Lock()
 	b.armThrottle() // a quiet pod throttles on these figures

@@ -33,10 +33,14 @@ type traffic struct {
 	requests, accepts, retries, throttled int64
 }
 
-// trafficOf is what the report says of t: each count inside the schema's bound.
+// trafficOf is what the report says of t: each count inside the schema's bound, and
+// accepts, retries and throttled at most the requests, which they are among. Retries are
+// counted when allowed and their calls when they finish, so a window read while retries
+// are in flight can hold more retries than requests.
 func trafficOf(t breaker.Traffic) traffic {
 	c := func(n int64) int64 { return min(max(n, 0), breakerconfig.MaxTrafficCount) }
-	return traffic{on: true, requests: c(t.Requests), accepts: c(t.Accepts), retries: c(t.Retries), throttled: c(t.Throttled)}
+	requests := c(t.Requests)
+	return traffic{on: true, requests: requests, accepts: min(c(t.Accepts), requests), retries: min(c(t.Retries), requests), throttled: min(c(t.Throttled), requests)}
 }
 
 // Thresholds of a material move of traffic.
