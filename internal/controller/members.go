@@ -84,7 +84,7 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 			counts.OnLatestConfig++
 		}
 		if m.entry.ConfigError != "" {
-			v.rejected = append(v.rejected, m.pod+": "+m.entry.ConfigError)
+			v.rejected = append(v.rejected, podName(m)+": "+reportText(m.entry.ConfigError, maxConfigErrorText))
 		}
 		if severity(m.entry.State) > severity(state) {
 			state = m.entry.State
@@ -130,8 +130,8 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 
 // aggregateKeys adds up the breaker Groups the members report: keys is the most any pod
 // holds (pods hold the keys their own traffic made), open and halfOpen are summed over the
-// pods, and worst names the keys that are not closed in the most pods, then by name. nil
-// when no member reports a Group.
+// pods, and worst names the keys that are not closed in the most pods, each pod naming a
+// key once, then by name. nil when no member reports a Group.
 func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
 	var sum *resiliencev1alpha1.KeySummary
 	var open, halfOpen int64
@@ -150,7 +150,9 @@ func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
 		// later status write of the breaker with them.
 		open += max(0, int64(k.Open))
 		halfOpen += max(0, int64(k.HalfOpen))
-		for _, key := range k.Worst {
+		// As status text, each key once per pod: one pod, one vote for a key.
+		var named [breakerconfig.MaxWorstKeys]string
+		for _, key := range worstKeys(k.Worst, named[:0]) {
 			inPods[key]++
 		}
 	}
@@ -224,7 +226,7 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 	out := make([]resiliencev1alpha1.MemberStatus, 0, min(len(order), resiliencev1alpha1.MaxMembersListed))
 	for _, m := range order[:min(len(order), resiliencev1alpha1.MaxMembersListed)] {
 		out = append(out, resiliencev1alpha1.MemberStatus{
-			Pod:   m.pod,
+			Pod:   podName(m),
 			State: m.entry.State,
 			// Whole seconds, as the API server stores a metav1.Time: a report's
 			// milliseconds kept here would make every stored status differ from the
@@ -239,12 +241,46 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 			Trigger:             m.entry.Trigger,
 			ConsecutiveOpens:    m.entry.ConsecutiveOpens,
 			OpenTimeout:         clone(m.entry.OpenTimeout),
-			Keys:                m.entry.Keys.DeepCopy(),
+			Keys:                memberKeys(m.entry.Keys),
 			ConfigGeneration:    m.entry.ConfigGeneration,
-			ConfigError:         m.entry.ConfigError,
+			ConfigError:         reportText(m.entry.ConfigError, maxConfigErrorText),
 		})
 	}
 	return out
+}
+
+// memberKeys is a member's Group summary as status.members shows it: a copy, its worst
+// keys as status text (worstKeys); nil for none.
+func memberKeys(k *resiliencev1alpha1.KeySummary) *resiliencev1alpha1.KeySummary {
+	if k == nil {
+		return nil
+	}
+	c := *k
+	c.Worst = worstKeys(k.Worst, nil)
+	return &c
+}
+
+// worstKeys appends to named a pod's worst keys as status text (reportText), empty ones
+// and repeats left out, at most MaxWorstKeys, and returns it. A caller may give named room
+// on its stack.
+func worstKeys(worst, named []string) []string {
+	for _, key := range worst {
+		key = reportText(key, maxNameText)
+		if key == "" || slices.Contains(named, key) {
+			continue
+		}
+		named = append(named, key)
+		if len(named) == breakerconfig.MaxWorstKeys {
+			break
+		}
+	}
+	return named
+}
+
+// podName is a member's pod name as status text: a report's own name is a Kubernetes
+// name already, but a node agent carries names the API server did not judge.
+func podName(m *member) string {
+	return reportText(m.pod, maxNameText)
 }
 
 // clone returns a copy of *p, or nil.
@@ -268,8 +304,8 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		}
 		openers := d.openers[:d.need]
 		pods := make([]string, len(openers))
-		for i, m := range openers {
-			pods[i] = m.pod + evidence(cb, m)
+		for i := range openers {
+			pods[i] = podName(&openers[i]) + evidence(cb, openers[i])
 		}
 		return fmt.Sprintf("The fleet is open since %s: %d of %d pods opened on their own evidence (quorum %d%%): %s",
 			openers[len(openers)-1].since.UTC().Format(time.RFC3339), len(d.openers), v.counts.Reporting,
@@ -279,7 +315,7 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 	if m == nil {
 		return "The circuit is open"
 	}
-	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", m.pod, m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(cb, *m)) +
+	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", podName(m), m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(cb, *m)) +
 		openPeriod(m.entry.ConsecutiveOpens, m.entry.OpenTimeout)
 }
 
