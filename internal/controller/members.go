@@ -60,7 +60,7 @@ func severity(s resiliencev1alpha1.State) int {
 func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerView {
 	var v breakerView
 	if usesTraffic(cb) {
-		v.traffic = statusTraffic(sumTraffic(members))
+		v.traffic = statusTraffic(trafficOf(cb, members))
 	}
 	if len(members) == 0 {
 		return v
@@ -126,51 +126,6 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 	v.state, v.counts = state, counts
 	v.listed = listed(cb, members)
 	return v
-}
-
-// aggregateKeys adds up the breaker Groups the members report: keys is the most any pod
-// holds (pods hold the keys their own traffic made), open and halfOpen are summed over the
-// pods, and worst names the keys that are not closed in the most pods, each pod naming a
-// key once, then by name. nil when no member reports a Group.
-func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
-	var sum *resiliencev1alpha1.KeySummary
-	var open, halfOpen int64
-	inPods := map[string]int{}
-	for i := range members {
-		k := members[i].entry.Keys
-		if k == nil {
-			continue
-		}
-		if sum == nil {
-			sum = &resiliencev1alpha1.KeySummary{}
-		}
-		sum.Keys = max(sum.Keys, k.Keys)
-		// In int64, of counts no lower than 0: int32 sums of counts as large as a
-		// report may hold wrapped below 0, which the status schema refuses, and every
-		// later status write of the breaker with them.
-		open += max(0, int64(k.Open))
-		halfOpen += max(0, int64(k.HalfOpen))
-		// As status text, each key once per pod: one pod, one vote for a key.
-		var named [breakerconfig.MaxWorstKeys]string
-		for _, key := range worstKeys(k.Worst, named[:0]) {
-			inPods[key]++
-		}
-	}
-	if sum == nil {
-		return nil
-	}
-	sum.Keys = max(0, sum.Keys)
-	sum.Open, sum.HalfOpen = saturated(open), saturated(halfOpen)
-	if len(inPods) == 0 {
-		return sum
-	}
-	worst := make([]string, 0, len(inPods))
-	for key := range inPods {
-		worst = append(worst, key)
-	}
-	slices.SortFunc(worst, func(a, b string) int { return cmp.Or(cmp.Compare(inPods[b], inPods[a]), cmp.Compare(a, b)) })
-	sum.Worst = worst[:min(len(worst), breakerconfig.MaxWorstKeys)]
-	return sum
 }
 
 // saturated is n as an int32 count, the largest one when it does not fit.
@@ -247,34 +202,6 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 		})
 	}
 	return out
-}
-
-// memberKeys is a member's Group summary as status.members shows it: a copy, its worst
-// keys as status text (worstKeys); nil for none.
-func memberKeys(k *resiliencev1alpha1.KeySummary) *resiliencev1alpha1.KeySummary {
-	if k == nil {
-		return nil
-	}
-	c := *k
-	c.Worst = worstKeys(k.Worst, nil)
-	return &c
-}
-
-// worstKeys appends to named a pod's worst keys as status text (reportText), empty ones
-// and repeats left out, at most MaxWorstKeys, and returns it. A caller may give named room
-// on its stack.
-func worstKeys(worst, named []string) []string {
-	for _, key := range worst {
-		key = reportText(key, maxNameText)
-		if key == "" || slices.Contains(named, key) {
-			continue
-		}
-		named = append(named, key)
-		if len(named) == breakerconfig.MaxWorstKeys {
-			break
-		}
-	}
-	return named
 }
 
 // podName is a member's pod name as status text: a report's own name is a Kubernetes

@@ -10,9 +10,9 @@ import (
 )
 
 // Traffic (docs/design.md §7): for a breaker with a retry budget or adaptive throttling,
-// the report also carries what the breaker's window holds, which the operator adds up
+// the report also carries what the breaker's window holds, which the operator aggregates
 // over the fleet and publishes back (rendered fleet: the pod count that divides the retry
-// floor, the requests and accepts a quiet pod throttles on).
+// floor, the median pod's requests and accepts, which a quiet pod throttles on).
 //
 // Traffic changes with every call, and a report write costs the API server and wakes the
 // operator, so a change of traffic alone is bounded twice:
@@ -34,7 +34,7 @@ type traffic struct {
 }
 
 // trafficOf is what the report says of t: each count inside the schema's bound, and
-// accepts, retries and throttled at most the requests, which they are among. Retries are
+// accepts, retries and throttled at most the requests, as the schema requires. Retries are
 // counted when allowed and their calls when they finish, so a window read while retries
 // are in flight can hold more retries than requests.
 func trafficOf(t breaker.Traffic) traffic {
