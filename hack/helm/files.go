@@ -79,6 +79,13 @@ breakerClientRole:
 admissionPolicy:
   # The ValidatingAdmissionPolicies and bindings of config/ (%s).
   enabled: true
+  # Refuse BreakerReport writes by a service account token bound to no pod (a
+  # token Secret, a TokenRequest without a bound Pod), which could write any
+  # pod's report: ValidatingAdmissionPolicy/%s.
+  # false only on clusters whose report writers have no pod-bound tokens; to
+  # exempt some namespaces instead, label them
+  # fusebox.dev/unbound-report-tokens=allowed (docs/rbac.md).
+  refuseUnboundReportTokens: true
 
 flowControl:
   # API priority and fairness (docs/rbac.md): the operator's own priority
@@ -95,7 +102,7 @@ fuseboxd:
     repository: %s
     # Defaults to the chart's appVersion.
     tag: ""
-`, v.repository, v.replicas, indent(string(resources), "  "), policies, flowControl, path.Join(path.Dir(v.repository), "fuseboxd"))
+`, v.repository, v.replicas, indent(string(resources), "  "), policies, boundTokenPolicy, flowControl, path.Join(path.Dir(v.repository), "fuseboxd"))
 }
 
 func indent(s, prefix string) string {
@@ -140,7 +147,7 @@ const valuesSchema = `{
     },
     "admissionPolicy": {
       "type": "object",
-      "properties": {"enabled": {"type": "boolean"}}
+      "properties": {"enabled": {"type": "boolean"}, "refuseUnboundReportTokens": {"type": "boolean"}}
     },
     "flowControl": {
       "type": "object",
