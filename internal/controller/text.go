@@ -42,6 +42,11 @@ func reportText(s string, limit int) string {
 	if isPlainText(s, limit) {
 		return s
 	}
+	return plainText(s, limit)
+}
+
+// plainText is reportText without the shortcut for a text that is plain already.
+func plainText(s string, limit int) string {
 	var b strings.Builder
 	b.Grow(min(len(s), 4*limit))
 	space := false // a space is due before the next printable character
@@ -71,25 +76,36 @@ func reportText(s string, limit int) string {
 }
 
 // isPlainText reports whether s needs no change: valid UTF-8 of printable characters and
-// single inner spaces, at most limit of them.
+// single inner spaces, at most limit of them. ASCII, what nearly every report holds, is
+// judged byte by byte: every reconcile passes every reporting pod's text through here.
 func isPlainText(s string, limit int) bool {
 	n := 0
 	prevSpace := true // a leading space needs trimming
-	for _, r := range s {
-		n++
-		switch {
-		case n > limit, r == utf8.RuneError:
+	for i := 0; i < len(s); n++ {
+		if n == limit {
 			return false
-		case r == ' ':
-			if prevSpace {
+		}
+		if c := s[i]; c < utf8.RuneSelf {
+			switch {
+			case c == ' ':
+				if prevSpace {
+					return false
+				}
+				prevSpace = true
+			case c < 0x20 || c == 0x7f:
 				return false
+			default:
+				prevSpace = false
 			}
-			prevSpace = true
+			i++
 			continue
-		case r < 0x20, r >= 0x7f && r < 0xa0, r > 0x7f && (unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)):
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError || r < 0xa0 || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) {
 			return false
 		}
 		prevSpace = false
+		i += size
 	}
 	return !prevSpace || n == 0
 }

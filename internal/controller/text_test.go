@@ -114,5 +114,9 @@ func FuzzReportText(f *testing.F) {
 		if again := reportText(got, 64); again != got {
 			t.Fatalf("not idempotent: %q then %q", got, again)
 		}
+		// The shortcut says plain only of what the full pass leaves as it is.
+		if isPlainText(s, 64) && plainText(s, 64) != s {
+			t.Fatalf("isPlainText(%q), but the full pass makes it %q", s, plainText(s, 64))
+		}
 	})
 }
