@@ -95,18 +95,17 @@ func trafficOf(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetTra
 	}
 	k := throttleK(cb)
 	ranked := make([]rankedWindow, len(members))
-	requests := make([]int64, len(members))
 	for i := range members {
 		w := windowOf(&members[i].entry)
 		ranked[i] = rankedWindow{rejection(w, k), w.requests, w.accepts}
-		requests[i] = w.requests
 	}
 	// Of an even count the lower middle one: throttling refuses calls, and half of the
 	// pods must not decide that alone.
 	m := nth(ranked, (len(ranked)-1)/2, compareRanked)
 	t.median = window{requests: m.requests, accepts: m.accepts}
-	// The upper median: with half the pods idle, the busy half still counts in full.
-	typical := nth(requests, len(requests)/2, cmp.Compare[int64])
+	// The upper median of the requests (the same windows, reordered): with half the pods
+	// idle, the busy half still counts in full.
+	typical := nth(ranked, len(ranked)/2, func(a, b rankedWindow) int { return cmp.Compare(a.requests, b.requests) }).requests
 	bound := maxShareOfMedian * max(typical, int64(int32Or(cb.Spec.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput)))
 	add := func(sum *int64, n int64) { *sum = min(*sum+n, maxFleetCount) }
 	for i := range members {
