@@ -76,36 +76,45 @@ func plainText(s string, limit int) string {
 }
 
 // isPlainText reports whether s needs no change: valid UTF-8 of printable characters and
-// single inner spaces, at most limit of them. ASCII, what nearly every report holds, is
-// judged byte by byte: every reconcile passes every reporting pod's text through here.
+// single inner spaces, at most limit of them. Every reconcile passes every reporting
+// pod's text through here, so printable ASCII, what nearly every report holds, takes one
+// tight pass over the bytes.
 func isPlainText(s string, limit int) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c > ' ' && c < 0x7f:
+		case c == ' ':
+			if i == 0 || i == len(s)-1 || s[i-1] == ' ' {
+				return false
+			}
+		case c < utf8.RuneSelf:
+			return false // a control character
+		default:
+			return isPlainUnicode(s, limit)
+		}
+	}
+	return len(s) <= limit
+}
+
+// isPlainUnicode is isPlainText for a text that is not all ASCII.
+func isPlainUnicode(s string, limit int) bool {
 	n := 0
 	prevSpace := true // a leading space needs trimming
-	for i := 0; i < len(s); n++ {
-		if n == limit {
+	for _, r := range s {
+		n++
+		switch {
+		case n > limit, r == utf8.RuneError:
 			return false
-		}
-		if c := s[i]; c < utf8.RuneSelf {
-			switch {
-			case c == ' ':
-				if prevSpace {
-					return false
-				}
-				prevSpace = true
-			case c < 0x20 || c == 0x7f:
+		case r == ' ':
+			if prevSpace {
 				return false
-			default:
-				prevSpace = false
 			}
-			i++
+			prevSpace = true
 			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError || r < 0xa0 || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) {
+		case r < 0x20, r >= 0x7f && r < 0xa0, r > 0x7f && (unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)):
 			return false
 		}
 		prevSpace = false
-		i += size
 	}
 	return !prevSpace || n == 0
 }
