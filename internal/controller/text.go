@@ -180,10 +180,10 @@ func skipControlSequence(s string, i int) int {
 func skipControlString(s string, i int) int {
 	for i < len(s) {
 		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == 0x07 || r == 0x9c:
+		switch r {
+		case 0x07, 0x9c:
 			return i + size
-		case r == 0x1b:
+		case 0x1b:
 			if i+1 < len(s) && s[i+1] == '\\' {
 				return i + 2
 			}
