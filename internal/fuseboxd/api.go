@@ -19,35 +19,6 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// Handler returns the API's routes (docs/design.md §8) on net/http. [Server.Serve] answers
-// the frequent requests itself (wire.go) and hands every other one to this handler, so
-// that both give the same answers.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/breakers/{name}/permits", func(w http.ResponseWriter, r *http.Request) {
-		if body, ok := readBody(w, r); ok {
-			writeAnswer(w, s.acquire(r.PathValue("name"), body, nil))
-		}
-	})
-	mux.HandleFunc("POST /v1/permits/{permit}", func(w http.ResponseWriter, r *http.Request) {
-		if body, ok := readBody(w, r); ok {
-			writeAnswer(w, s.settle([]byte(r.PathValue("permit")), body))
-		}
-	})
-	mux.HandleFunc("GET /v1/breakers/{name}", func(w http.ResponseWriter, r *http.Request) {
-		writeAnswer(w, s.describe(r.PathValue("name")))
-	})
-	mux.HandleFunc("POST /v1/breakers/{name}/trip", func(w http.ResponseWriter, r *http.Request) {
-		writeAnswer(w, s.trip(r.PathValue("name")))
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeAnswer(w, healthy) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { writeAnswer(w, s.readyz()) })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAnswer(w, errorAnswer(http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)))
-	})
-	return mux
-}
-
 // answer is one response of the API, whichever server writes it.
 type answer struct {
 	code int

@@ -64,9 +64,10 @@ type Server struct {
 	now         func() time.Time
 
 	// http serves the connections serveConn hands over (wire.go).
-	http     *http.Server
-	handoff  *handoff
-	httpDate atomic.Pointer[httpDate]
+	http      *http.Server
+	handoff   *handoff
+	handedOff atomic.Int64 // connections given to net/http
+	httpDate  atomic.Pointer[httpDate]
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{} // guarded by mu
@@ -125,7 +126,7 @@ func New(o Options) (*Server, error) {
 		s.now = o.Clock.Now
 	}
 	s.http = &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),

@@ -17,12 +17,13 @@ import (
 // request (the Request, its Header map and URL, a context, the response's state), and
 // the collector's cycles for that garbage made much of the slowest one percent of the
 // round trips (docs/benchmarks.md, "fuseboxd"). The requests the API really gets are few and
-// fixed: six routes, a small body with a Content-Length, on a kept-alive connection.
-// serveConn reads those straight from the connection's buffer and answers them from a
-// buffer it reuses. Anything else (a chunked or large body, Expect: 100-continue,
-// HTTP/1.0, an escaped or unknown path, a header too long for the buffer) goes, with
-// the connection and every byte read of it, to Handler on net/http, which serves the
-// connection from then on: the same answers either way, checked by TestWireAnswers.
+// fixed: the routes of routes.go, a small body with a Content-Length, on a kept-alive
+// connection. serveConn reads those straight from the connection's buffer and answers
+// them from a buffer it reuses. Anything else (a chunked or large body, Expect:
+// 100-continue, HTTP/1.0, an escaped or unknown path, a header too long for the buffer)
+// goes, with the connection and every byte read of it, to the same routes on net/http,
+// which serves the connection from then on: the same answers either way, checked by
+// TestWireAnswers and TestRouteTableAgreement.
 
 const (
 	// wireBuffer is each connection's read and write buffer: a request must fit whole
@@ -36,9 +37,10 @@ const (
 // request is the part of a request serveConn acts on; its slices point into the
 // connection's read buffer and are valid until the request is discarded from it.
 type request struct {
-	method, path, body []byte
-	close              bool // Connection: close
-	length             int  // of the request, headers and body, in the buffer
+	route     *route
+	arg, body []byte
+	close     bool // Connection: close
+	length    int  // of the request, headers and body, in the buffer
 }
 
 // errHandOff means the request is not one serveConn answers by hand.
@@ -71,6 +73,7 @@ func (s *Server) serveConn(conn net.Conn) {
 		req, err := readRequest(c.r)
 		if errors.Is(err, errHandOff) {
 			s.log.Debug("Serving a connection with net/http from here on", "request", firstLine(c.r))
+			s.handedOff.Add(1)
 			s.track(c, false)
 			_ = conn.SetReadDeadline(time.Time{})
 			s.handoff.give(&bufferedConn{Conn: conn, r: c.r})
@@ -81,7 +84,7 @@ func (s *Server) serveConn(conn net.Conn) {
 			_ = conn.Close()
 			return
 		}
-		a := s.route(req, c.scratch[:0])
+		a := req.route.answer(s, call{arg: req.arg, body: req.body, buf: c.scratch[:0]})
 		closeAfter := req.close || s.closing.Load()
 		_, _ = c.w.Write(s.header(c.w.AvailableBuffer(), a, closeAfter))
 		_, _ = c.w.Write(a.body)
@@ -103,34 +106,6 @@ func firstLine(r *bufio.Reader) string {
 	return string(line)
 }
 
-// route answers req, appending a 201's body to buf.
-func (s *Server) route(req request, buf []byte) answer {
-	switch string(req.method) {
-	case http.MethodPost:
-		if name, ok := between(req.path, "/v1/breakers/", "/permits"); ok {
-			return s.acquire(s.name(name), req.body, buf)
-		}
-		if permit, ok := between(req.path, "/v1/permits/", ""); ok {
-			return s.settle(permit, req.body)
-		}
-		if name, ok := between(req.path, "/v1/breakers/", "/trip"); ok {
-			return s.trip(string(name))
-		}
-	case http.MethodGet:
-		switch string(req.path) {
-		case "/healthz":
-			return healthy
-		case "/readyz":
-			return s.readyz()
-		}
-		if name, ok := between(req.path, "/v1/breakers/", ""); ok {
-			return s.describe(string(name))
-		}
-	}
-	// readRequest hands off any other request: this is never reached.
-	return errorAnswer(http.StatusNotFound, "no such endpoint: "+string(req.method)+" "+string(req.path))
-}
-
 // name returns the breaker name b as a string, without allocating for the names of
 // breakers that exist: a worker names the same few on every call.
 func (s *Server) name(b []byte) string {
@@ -147,47 +122,6 @@ func (s *Server) name(b []byte) string {
 		s.namesMu.Unlock()
 	}
 	return n
-}
-
-// between returns the one path segment of path between prefix and suffix.
-func between(path []byte, prefix, suffix string) ([]byte, bool) {
-	if !bytes.HasPrefix(path, []byte(prefix)) || !bytes.HasSuffix(path, []byte(suffix)) || len(path) <= len(prefix)+len(suffix) {
-		return nil, false
-	}
-	seg := path[len(prefix) : len(path)-len(suffix)]
-	return seg, bytes.IndexByte(seg, '/') < 0
-}
-
-// routed reports whether method and path are one of the routes serveConn answers, with
-// a path ServeMux would take as it is: segments of letters, digits, '-', '_' and '.',
-// none of them empty, "." or "..", no escapes, no query.
-func routed(method, path []byte) bool {
-	for rest := path[1:]; ; {
-		seg, after, more := bytes.Cut(rest, []byte("/"))
-		if len(seg) == 0 || string(seg) == "." || string(seg) == ".." {
-			return false
-		}
-		for _, c := range seg {
-			if !alphanumeric(c) && c != '-' && c != '_' && c != '.' {
-				return false
-			}
-		}
-		if !more {
-			break
-		}
-		rest = after
-	}
-	switch string(method) {
-	case http.MethodPost:
-		_, permits := between(path, "/v1/breakers/", "/permits")
-		_, settle := between(path, "/v1/permits/", "")
-		_, trip := between(path, "/v1/breakers/", "/trip")
-		return permits || settle || trip
-	case http.MethodGet:
-		_, describe := between(path, "/v1/breakers/", "")
-		return describe || string(path) == "/healthz" || string(path) == "/readyz"
-	}
-	return false
 }
 
 // readRequest reads the request at the head of r without consuming it, or returns
@@ -216,10 +150,12 @@ func readRequest(r *bufio.Reader) (request, error) {
 	line, head, _ := bytes.Cut(head, []byte("\r\n"))
 	method, rest, ok1 := bytes.Cut(line, []byte(" "))
 	path, proto, ok2 := bytes.Cut(rest, []byte(" "))
-	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || len(path) == 0 || path[0] != '/' || !routed(method, path) {
+	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || !plainPath(path) {
 		return request{}, errHandOff
 	}
-	req.method, req.path = method, path
+	if req.route, req.arg = match(method, path); req.route == nil {
+		return request{}, errHandOff
+	}
 	length, host := -1, false
 	for len(head) > 0 {
 		var h []byte
