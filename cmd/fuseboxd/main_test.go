@@ -21,6 +21,10 @@ import (
 var fuseboxdBin string
 
 func TestMain(m *testing.M) {
+	if sock := os.Getenv(acquireOnceEnv); sock != "" {
+		acquireOnce(sock)
+		return
+	}
 	dir, err := os.MkdirTemp("", "fuseboxd-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -13,7 +13,7 @@ import (
 // where a request goes (TestRouteTableAgreement).
 var routes = []route{
 	newRoute("POST /v1/breakers/{name}/permits", withBody, func(s *Server, c call) answer {
-		return s.acquire(s.name(c.arg), c.body, c.buf)
+		return s.acquire(c.arg, c.body, c.from, c.buf)
 	}),
 	newRoute("POST /v1/permits/{permit}", withBody, func(s *Server, c call) answer {
 		return s.settle(c.arg, c.body)
@@ -44,6 +44,7 @@ type route struct {
 type call struct {
 	arg  []byte // the wildcard's path segment
 	body []byte
+	from client // who is asking
 	buf  []byte // a 201's body is appended to it
 }
 
@@ -128,7 +129,7 @@ func (s *Server) handler() http.Handler {
 	for i := range routes {
 		r := &routes[i]
 		mux.HandleFunc(r.method+" "+r.pattern, func(w http.ResponseWriter, req *http.Request) {
-			var c call
+			c := call{from: clientOf(req.Context())}
 			if r.wildcard != "" {
 				c.arg = []byte(req.PathValue(r.wildcard))
 			}

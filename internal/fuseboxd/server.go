@@ -16,21 +16,6 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// Limits of the API (docs/design.md §8).
-const (
-	// MaxLease is the longest lease a permit can have, whatever the client asks.
-	MaxLease = 10 * time.Minute
-	// MaxBody is the largest request body accepted; a larger one gets 413.
-	MaxBody = 64 << 10
-	// DefaultMaxPermits bounds the permits outstanding at once: with every client
-	// leaking, memory stays at about this many permits (a few hundred bytes each).
-	DefaultMaxPermits = 1 << 16
-	// DefaultMaxBreakers bounds the breakers a client can create by naming them: a name
-	// nobody published gets the default policy, but a client looping over random names
-	// must not grow the registry without end.
-	DefaultMaxBreakers = 1024
-)
-
 // Options configure a [Server].
 type Options struct {
 	// Registry holds the breakers served; required.
@@ -42,6 +27,9 @@ type Options struct {
 	Ready func() bool
 	// MaxPermits bounds the outstanding permits; zero means DefaultMaxPermits.
 	MaxPermits int
+	// MaxPermitsPerClient bounds the permits one client (a process, or a connection:
+	// see client) holds at once; zero means DefaultMaxPermitsPerClient.
+	MaxPermitsPerClient int
 	// MaxBreakers bounds the breakers the registry may hold before a request naming a
 	// new, unpublished one is refused; zero means DefaultMaxBreakers.
 	MaxBreakers int
@@ -74,8 +62,11 @@ type Server struct {
 	conns     map[*wireConn]struct{}    // guarded by mu
 
 	namesMu sync.RWMutex
-	names   map[string]string // guarded by namesMu; see name
-	closing atomic.Bool       // set (under mu) by Shutdown
+	names   map[string]*breakerEntry // guarded by namesMu; see entry
+	closing atomic.Bool              // set (under mu) by Shutdown
+
+	connSerial atomic.Uint64 // numbers the connections whose process is unknown (client)
+	warnings   warnings
 
 	stop     context.CancelFunc
 	stopped  chan struct{}
@@ -98,7 +89,7 @@ func New(o Options) (*Server, error) {
 		handoff:     newHandoff(),
 		listeners:   map[net.Listener]struct{}{},
 		conns:       map[*wireConn]struct{}{},
-		names:       map[string]string{},
+		names:       map[string]*breakerEntry{},
 	}
 	if s.published == nil {
 		s.published = func(string) (breakerconfig.Config, bool) { return breakerconfig.Config{}, false }
@@ -116,11 +107,15 @@ func New(o Options) (*Server, error) {
 	if maxPermits <= 0 {
 		maxPermits = DefaultMaxPermits
 	}
+	perClient := o.MaxPermitsPerClient
+	if perClient <= 0 {
+		perClient = DefaultMaxPermitsPerClient
+	}
 	interval := o.ExpiryInterval
 	if interval <= 0 {
 		interval = time.Second
 	}
-	s.permits = newPermits(maxPermits)
+	s.permits = newPermits(maxPermits, perClient)
 	s.now = time.Now
 	if o.Clock != nil {
 		s.now = o.Clock.Now
@@ -129,6 +124,7 @@ func New(o Options) (*Server, error) {
 		Handler:           s.handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
+		ConnContext:       s.connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	go func() { _ = s.http.Serve(s.handoff) }()

@@ -50,7 +50,7 @@ var errHandOff = errors.New("fuseboxd: request for net/http")
 // server shuts down; or hands conn to net/http at the first request it does not answer
 // itself.
 func (s *Server) serveConn(conn net.Conn) {
-	c := &wireConn{conn: conn, r: bufio.NewReaderSize(conn, wireBuffer), w: bufio.NewWriterSize(conn, wireBuffer),
+	c := &wireConn{conn: conn, from: s.identify(conn), r: bufio.NewReaderSize(conn, wireBuffer), w: bufio.NewWriterSize(conn, wireBuffer),
 		scratch: make([]byte, 0, 256)}
 	if !s.track(c, true) {
 		_ = conn.Close()
@@ -76,7 +76,7 @@ func (s *Server) serveConn(conn net.Conn) {
 			s.handedOff.Add(1)
 			s.track(c, false)
 			_ = conn.SetReadDeadline(time.Time{})
-			s.handoff.give(&bufferedConn{Conn: conn, r: c.r})
+			s.handoff.give(&bufferedConn{Conn: conn, r: c.r, from: c.from})
 			return
 		}
 		if err != nil {
@@ -84,7 +84,7 @@ func (s *Server) serveConn(conn net.Conn) {
 			_ = conn.Close()
 			return
 		}
-		a := req.route.answer(s, call{arg: req.arg, body: req.body, buf: c.scratch[:0]})
+		a := req.route.answer(s, call{arg: req.arg, body: req.body, from: c.from, buf: c.scratch[:0]})
 		closeAfter := req.close || s.closing.Load()
 		_, _ = c.w.Write(s.header(c.w.AvailableBuffer(), a, closeAfter))
 		_, _ = c.w.Write(a.body)
@@ -104,24 +104,6 @@ func firstLine(r *bufio.Reader) string {
 	buf, _ := r.Peek(min(r.Buffered(), 120))
 	line, _, _ := bytes.Cut(buf, []byte("\r\n"))
 	return string(line)
-}
-
-// name returns the breaker name b as a string, without allocating for the names of
-// breakers that exist: a worker names the same few on every call.
-func (s *Server) name(b []byte) string {
-	s.namesMu.RLock()
-	n, ok := s.names[string(b)]
-	s.namesMu.RUnlock()
-	if ok {
-		return n
-	}
-	n = string(b)
-	if _, exists := s.reg.Lookup(n); exists {
-		s.namesMu.Lock()
-		s.names[n] = n // bounded as the registry is (Options.MaxBreakers)
-		s.namesMu.Unlock()
-	}
-	return n
 }
 
 // readRequest reads the request at the head of r without consuming it, or returns
@@ -295,6 +277,7 @@ func (s *Server) date() []byte {
 // wireConn is a connection serveConn serves.
 type wireConn struct {
 	conn    net.Conn
+	from    client
 	r       *bufio.Reader
 	w       *bufio.Writer
 	scratch []byte // a permit's answer is built here (about 70 bytes)
@@ -314,7 +297,8 @@ func (c *wireConn) setActive(active bool) bool {
 // bufferedConn is a connection handed to net/http with what serveConn read of it.
 type bufferedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r    *bufio.Reader
+	from client
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
