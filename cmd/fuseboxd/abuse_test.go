@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fusebox-dev/fusebox/internal/fuseboxd"
 )
@@ -86,5 +90,77 @@ func TestALeakingWorkerHoldsOnlyItsCap(t *testing.T) {
 	}
 	if want := fuseboxd.DefaultMaxPermitsPerClient + 1; view.Permits.Held != want || view.Permits.RefusedAtCap != 1 || view.Permits.Lapsed != 0 {
 		t.Fatalf("permits in the breaker's view: %+v, want %d held, 1 refused at a cap, none lapsed", view.Permits, want)
+	}
+}
+
+// TestLimitFlags: the built daemon takes its caps and timeouts from flags, refuses a
+// value it cannot run with naming the flag, and with them cuts a trickled chunked body
+// (attack "slow requests") and refuses a connection over its cap as a short-circuit
+// (attack "connections held").
+func TestLimitFlags(t *testing.T) {
+	for _, args := range [][]string{{"--max-connections", "0"}, {"--max-permits-per-client", "-1"}, {"--request-timeout", "0s"}, {"--idle-timeout", "-1s"}} {
+		out, err := exec.Command(fuseboxdBin, append([]string{"--socket", filepath.Join(t.TempDir(), "s"), "--config-dir", t.TempDir()}, args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), args[0]+" "+args[1]+": must be") {
+			t.Errorf("%v: %v %s, want a refusal naming the flag", args, err, out)
+		}
+	}
+
+	d := startBinary(t, map[string]string{"payments": paymentsConfig}, "--max-connections", "2", "--request-timeout", "300ms")
+	trickler, err := net.Dial("unix", d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trickler.Close()
+	if _, err := io.WriteString(trickler, "POST /v1/breakers/payments/permits HTTP/1.1\r\nHost: fuseboxd\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			time.Sleep(20 * time.Millisecond)
+			if _, err := trickler.Write([]byte("a")); err != nil {
+				return
+			}
+		}
+	}()
+	_ = trickler.SetReadDeadline(time.Now().Add(30 * time.Second)) // generous: the deadline is 300 ms
+	if got, err := io.ReadAll(trickler); errors.Is(err, os.ErrDeadlineExceeded) || strings.Contains(string(got), " 201 ") {
+		t.Fatalf("a trickled chunked body: read %q, %v; want it cut, unanswered", got, err)
+	}
+
+	raw := func() (net.Conn, *http.Response) {
+		t.Helper()
+		conn, err := net.Dial("unix", d.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(conn, "POST /v1/breakers/payments/permits HTTP/1.1\r\nHost: fuseboxd\r\nContent-Length: 0\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return conn, resp
+	}
+	// The connections closed so far are counted out once the daemon sees them closed:
+	// until then a new one may be refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for served := 0; served < 2; {
+		conn, resp := raw()
+		switch {
+		case resp.StatusCode == http.StatusCreated:
+			served++
+		case resp.StatusCode != http.StatusTooManyRequests || time.Now().After(deadline):
+			t.Fatalf("acquire within the cap: %s, want 201", resp.Status)
+		default:
+			_ = conn.Close()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if _, resp := raw(); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("acquire over the cap: %s, want 429 with Retry-After", resp.Status)
 	}
 }

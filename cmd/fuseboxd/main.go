@@ -43,9 +43,14 @@ func run() error {
 		debug      = flag.Bool("debug", false, "log at debug level")
 		probeOnly  = flag.Bool("probe", false, "do not serve: check that a daemon serves on --socket (GET /healthz) and exit 0 if it does, 1 if not (the injected sidecar's startup probe)")
 	)
+	var lim limits
+	lim.register(flag.CommandLine)
 	flag.Parse()
 	if *probeOnly {
 		return probe(*socket)
+	}
+	if err := lim.check(); err != nil {
+		return err
 	}
 	level := slog.LevelInfo
 	if *debug {
@@ -79,12 +84,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := fuseboxd.New(fuseboxd.Options{
+	srv, err := fuseboxd.New(lim.apply(fuseboxd.Options{
 		Registry:  agent.Registry(),
 		Published: agent.Published,
 		Ready:     agent.Loaded,
 		Logger:    log,
-	})
+	}))
 	if err != nil {
 		return err
 	}

@@ -30,3 +30,6 @@ func Routes() []Route {
 	}
 	return out
 }
+
+// RefusalLane is how many connections over MaxConnections are answered at once.
+const RefusalLane = refusalLane

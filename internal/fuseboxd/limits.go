@@ -24,12 +24,25 @@ const (
 	// nobody published gets the default policy, but a client looping over random names
 	// must not grow the registry without end.
 	DefaultMaxBreakers = 1024
+	// DefaultMaxConnections bounds the connections served at once: a worker keeps one,
+	// and a pool of PHP workers is rarely more than a few hundred.
+	DefaultMaxConnections = 512
+	// DefaultRequestTimeout is how long a request may take to arrive, header and body,
+	// from its first byte, and its answer to be written: a client in the pod sends a
+	// request of a few hundred bytes in one write, in microseconds.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultIdleTimeout closes a connection no request has begun on for so long: a
+	// worker that comes back later opens another (curl does so by itself).
+	DefaultIdleTimeout = 2 * time.Minute
+	// maxHeaderBytes bounds a request's header on net/http (the wire's is its buffer),
+	// so that a connection costs at most that and MaxBody.
+	maxHeaderBytes = 16 << 10
 )
 
 // warnings logs that a cap was reached, each kind at most once a minute: a client at its
 // cap is refused on every acquire, and the log must say so without flooding.
 type warnings struct {
-	last [tableClosed]atomic.Int64 // by shortage, unix nanoseconds
+	last [connectionsAtCap]atomic.Int64 // by shortage, unix nanoseconds
 }
 
 func (w *warnings) warn(kind shortage, log *slog.Logger, msg string, args ...any) {

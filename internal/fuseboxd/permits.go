@@ -34,6 +34,7 @@ const (
 	clientAtCap
 	tableAtCap
 	tableClosed
+	connectionsAtCap // not the table's: admit's, for warnings
 )
 
 // permits holds the outstanding permits by id, and by expiry so that lapsed ones are

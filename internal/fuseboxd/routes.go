@@ -12,20 +12,20 @@ import (
 // same table, so a route is added in one place and the two servers cannot disagree on
 // where a request goes (TestRouteTableAgreement).
 var routes = []route{
-	newRoute("POST /v1/breakers/{name}/permits", withBody, func(s *Server, c call) answer {
+	newRoute("POST /v1/breakers/{name}/permits", readsBody|grantsPermits, func(s *Server, c call) answer {
 		return s.acquire(c.arg, c.body, c.from, c.buf)
 	}),
-	newRoute("POST /v1/permits/{permit}", withBody, func(s *Server, c call) answer {
+	newRoute("POST /v1/permits/{permit}", readsBody, func(s *Server, c call) answer {
 		return s.settle(c.arg, c.body)
 	}),
-	newRoute("GET /v1/breakers/{name}", withoutBody, func(s *Server, c call) answer {
+	newRoute("GET /v1/breakers/{name}", 0, func(s *Server, c call) answer {
 		return s.describe(string(c.arg))
 	}),
-	newRoute("POST /v1/breakers/{name}/trip", withoutBody, func(s *Server, c call) answer {
+	newRoute("POST /v1/breakers/{name}/trip", 0, func(s *Server, c call) answer {
 		return s.trip(string(c.arg))
 	}),
-	newRoute("GET /healthz", withoutBody, func(*Server, call) answer { return healthy }),
-	newRoute("GET /readyz", withoutBody, func(s *Server, _ call) answer { return s.readyz() }),
+	newRoute("GET /healthz", 0, func(*Server, call) answer { return healthy }),
+	newRoute("GET /readyz", 0, func(s *Server, _ call) answer { return s.readyz() }),
 }
 
 // route is one request the API answers.
@@ -34,11 +34,21 @@ type route struct {
 	// prefix and suffix are the pattern's path around its one wildcard segment, whose
 	// name is wildcard; a path without a wildcard is all prefix.
 	prefix, suffix, wildcard string
+
+	flags  routeFlags
+	answer func(s *Server, c call) answer
+}
+
+type routeFlags uint8
+
+const (
 	// readsBody: the answer depends on the body, which net/http reads for it (at most
 	// MaxBody); the other routes ignore a body.
-	readsBody bool
-	answer    func(s *Server, c call) answer
-}
+	readsBody routeFlags = 1 << iota
+	// grantsPermits: the route a client hoarding permits or connections takes from
+	// the others, refused at a cap (conns.go).
+	grantsPermits
+)
 
 // call is what a route answers.
 type call struct {
@@ -48,16 +58,11 @@ type call struct {
 	buf  []byte // a 201's body is appended to it
 }
 
-const (
-	withBody    = true
-	withoutBody = false
-)
-
 // newRoute parses "METHOD /path/{wildcard}/path", as ServeMux reads it, with at most
 // one wildcard and that a whole segment: what between matches.
-func newRoute(pattern string, readsBody bool, answer func(*Server, call) answer) route {
+func newRoute(pattern string, flags routeFlags, answer func(*Server, call) answer) route {
 	method, path, _ := strings.Cut(pattern, " ")
-	r := route{method: method, pattern: path, prefix: path, readsBody: readsBody, answer: answer}
+	r := route{method: method, pattern: path, prefix: path, flags: flags, answer: answer}
 	if open := strings.IndexByte(path, '{'); open >= 0 {
 		end := strings.IndexByte(path, '}')
 		r.prefix, r.wildcard, r.suffix = path[:open], path[open+1:end], path[end+1:]
@@ -133,7 +138,7 @@ func (s *Server) handler() http.Handler {
 			if r.wildcard != "" {
 				c.arg = []byte(req.PathValue(r.wildcard))
 			}
-			if r.readsBody {
+			if r.flags&readsBody != 0 {
 				var ok bool
 				if c.body, ok = readBody(w, req); !ok {
 					return

@@ -30,6 +30,17 @@ type Options struct {
 	// MaxPermitsPerClient bounds the permits one client (a process, or a connection:
 	// see client) holds at once; zero means DefaultMaxPermitsPerClient.
 	MaxPermitsPerClient int
+	// MaxConnections bounds the connections served at once; zero means
+	// DefaultMaxConnections. Past it a connection gets one answer and is closed
+	// (conns.go).
+	MaxConnections int
+	// RequestTimeout is how long a request may take to arrive, header and body, from its
+	// first byte, and its answer to be written; zero means DefaultRequestTimeout. A
+	// request handed to net/http has as long again from the hand-off.
+	RequestTimeout time.Duration
+	// IdleTimeout closes a connection on which no request has begun for that long;
+	// zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// MaxBreakers bounds the breakers the registry may hold before a request naming a
 	// new, unpublished one is refused; zero means DefaultMaxBreakers.
 	MaxBreakers int
@@ -47,9 +58,15 @@ type Server struct {
 	published   func(string) (breakerconfig.Config, bool)
 	ready       func() bool
 	maxBreakers int
-	log         *slog.Logger
-	permits     *permits
-	now         func() time.Time
+	// The connections' limits (conns.go, wire.go).
+	maxConns       int
+	requestTimeout time.Duration
+	idleTimeout    time.Duration
+	open           atomic.Int64 // connections served, by hand or by net/http
+	refusing       atomic.Int64 // connections over maxConns being answered
+	log            *slog.Logger
+	permits        *permits
+	now            func() time.Time
 
 	// http serves the connections serveConn hands over (wire.go).
 	http      *http.Server
@@ -83,13 +100,17 @@ func New(o Options) (*Server, error) {
 		reg:         o.Registry,
 		published:   o.Published,
 		ready:       o.Ready,
-		maxBreakers: o.MaxBreakers,
+		maxBreakers: positiveOr(o.MaxBreakers, DefaultMaxBreakers),
+		maxConns:    positiveOr(o.MaxConnections, DefaultMaxConnections),
 		log:         o.Logger,
 		stopped:     make(chan struct{}),
 		handoff:     newHandoff(),
 		listeners:   map[net.Listener]struct{}{},
 		conns:       map[*wireConn]struct{}{},
 		names:       map[string]*breakerEntry{},
+
+		requestTimeout: positiveOr(o.RequestTimeout, DefaultRequestTimeout),
+		idleTimeout:    positiveOr(o.IdleTimeout, DefaultIdleTimeout),
 	}
 	if s.published == nil {
 		s.published = func(string) (breakerconfig.Config, bool) { return breakerconfig.Config{}, false }
@@ -97,35 +118,25 @@ func New(o Options) (*Server, error) {
 	if s.ready == nil {
 		s.ready = func() bool { return true }
 	}
-	if s.maxBreakers <= 0 {
-		s.maxBreakers = DefaultMaxBreakers
-	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	maxPermits := o.MaxPermits
-	if maxPermits <= 0 {
-		maxPermits = DefaultMaxPermits
-	}
-	perClient := o.MaxPermitsPerClient
-	if perClient <= 0 {
-		perClient = DefaultMaxPermitsPerClient
-	}
-	interval := o.ExpiryInterval
-	if interval <= 0 {
-		interval = time.Second
-	}
-	s.permits = newPermits(maxPermits, perClient)
+	interval := positiveOr(o.ExpiryInterval, time.Second)
+	s.permits = newPermits(positiveOr(o.MaxPermits, DefaultMaxPermits), positiveOr(o.MaxPermitsPerClient, DefaultMaxPermitsPerClient))
 	s.now = time.Now
 	if o.Clock != nil {
 		s.now = o.Clock.Now
 	}
 	s.http = &http.Server{
 		Handler:           s.handler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
-		ConnContext:       s.connContext,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ReadHeaderTimeout: s.requestTimeout,
+		ReadTimeout:       s.requestTimeout,
+		// Counted from the end of the header: the body's read, then the answer's write.
+		WriteTimeout:   2 * s.requestTimeout,
+		IdleTimeout:    s.idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ConnContext:    s.connContext,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	go func() { _ = s.http.Serve(s.handoff) }()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,7 +168,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		switch {
 		case err == nil:
 			backoff = 0
-			go s.serveConn(conn)
+			s.admit(conn)
 		case s.closing.Load():
 			return nil
 		case errors.Is(err, net.ErrClosed):
@@ -170,6 +181,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			time.Sleep(backoff)
 		}
 	}
+}
+
+func positiveOr[T int | time.Duration](v, otherwise T) T {
+	if v > 0 {
+		return v
+	}
+	return otherwise
 }
 
 // track adds c to the connections Shutdown waits for, or removes it; adding reports

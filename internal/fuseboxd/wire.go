@@ -25,14 +25,9 @@ import (
 // which serves the connection from then on: the same answers either way, checked by
 // TestWireAnswers and TestRouteTableAgreement.
 
-const (
-	// wireBuffer is each connection's read and write buffer: a request must fit whole
-	// in it to be served by hand. Clients' requests take a few hundred bytes.
-	wireBuffer = 4 << 10
-	// Timeouts of a connection as net/http's server is configured with them (New).
-	idleTimeout       = 2 * time.Minute
-	readHeaderTimeout = 5 * time.Second
-)
+// wireBuffer is each connection's read and write buffer: a request must fit whole in it
+// to be served by hand. Clients' requests take a few hundred bytes.
+const wireBuffer = 4 << 10
 
 // request is the part of a request serveConn acts on; its slices point into the
 // connection's read buffer and are valid until the request is discarded from it.
@@ -52,37 +47,43 @@ var errHandOff = errors.New("fuseboxd: request for net/http")
 func (s *Server) serveConn(conn net.Conn) {
 	c := &wireConn{conn: conn, from: s.identify(conn), r: bufio.NewReaderSize(conn, wireBuffer), w: bufio.NewWriterSize(conn, wireBuffer),
 		scratch: make([]byte, 0, 256)}
-	if !s.track(c, true) {
-		_ = conn.Close()
-		return
+	if s.track(c, true) && s.serveWire(c) {
+		return // net/http's now
 	}
+	s.track(c, false)
+	// Counted out first, so that a client that sees its connection end may count on
+	// the place being free.
+	s.open.Add(-1)
+	_ = conn.Close()
+}
+
+// serveWire answers c's requests until c is to be closed (false) or has been handed to
+// net/http (true).
+func (s *Server) serveWire(c *wireConn) bool {
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(idleTimeout))
+		_ = c.conn.SetReadDeadline(time.Now().Add(s.idleTimeout))
 		if _, err := c.r.Peek(1); err != nil {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
 		// A request has begun: the server waits for it to end before it shuts down.
 		if !c.setActive(true) {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(readHeaderTimeout))
+		// It has requestTimeout to arrive whole and be answered, however slowly a
+		// client trickles it or reads the answer.
+		_ = c.conn.SetDeadline(time.Now().Add(s.requestTimeout))
 		req, err := readRequest(c.r)
 		if errors.Is(err, errHandOff) {
 			s.log.Debug("Serving a connection with net/http from here on", "request", firstLine(c.r))
 			s.handedOff.Add(1)
 			s.track(c, false)
-			_ = conn.SetReadDeadline(time.Time{})
-			s.handoff.give(&bufferedConn{Conn: conn, r: c.r, from: c.from})
-			return
+			// net/http sets its own, by the same limits.
+			_ = c.conn.SetDeadline(time.Time{})
+			s.handoff.give(&bufferedConn{Conn: c.conn, r: c.r, from: c.from, open: &s.open})
+			return true
 		}
 		if err != nil {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
 		a := req.route.answer(s, call{arg: req.arg, body: req.body, from: c.from, buf: c.scratch[:0]})
 		closeAfter := req.close || s.closing.Load()
@@ -92,9 +93,7 @@ func (s *Server) serveConn(conn net.Conn) {
 		_, _ = c.r.Discard(req.length)
 		err = c.w.Flush()
 		if !c.setActive(false) || closeAfter || err != nil {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
 	}
 }
@@ -107,7 +106,8 @@ func firstLine(r *bufio.Reader) string {
 }
 
 // readRequest reads the request at the head of r without consuming it, or returns
-// errHandOff if it is not one for serveConn.
+// errHandOff if it is not one for serveConn: then with its route if its request line is
+// one of the table's.
 func readRequest(r *bufio.Reader) (request, error) {
 	var buf []byte
 	end := -1
@@ -144,19 +144,19 @@ func readRequest(r *bufio.Reader) (request, error) {
 		h, head, _ = bytes.Cut(head, []byte("\r\n"))
 		name, value, ok := bytes.Cut(h, []byte(":"))
 		if !ok || !validHeader(name, value) {
-			return request{}, errHandOff
+			return req, errHandOff
 		}
 		value = bytes.Trim(value, " \t")
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
 			if host || !plainHost(value) {
-				return request{}, errHandOff
+				return req, errHandOff
 			}
 			host = true
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, ok := digits(value)
 			if length >= 0 || !ok {
-				return request{}, errHandOff
+				return req, errHandOff
 			}
 			length = n
 		case bytes.EqualFold(name, []byte("Connection")):
@@ -164,20 +164,20 @@ func readRequest(r *bufio.Reader) (request, error) {
 			case bytes.EqualFold(value, []byte("close")):
 				req.close = true
 			case !bytes.EqualFold(value, []byte("keep-alive")):
-				return request{}, errHandOff
+				return req, errHandOff
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")), bytes.EqualFold(name, []byte("Expect")),
 			bytes.EqualFold(name, []byte("Upgrade")), bytes.EqualFold(name, []byte("Trailer")):
-			return request{}, errHandOff
+			return req, errHandOff
 		}
 	}
 	if !host {
-		return request{}, errHandOff // net/http refuses it, and says why
+		return req, errHandOff // net/http refuses it, and says why
 	}
 	length = max(length, 0)
 	req.length = end + 4 + length
 	if req.length > r.Size() {
-		return request{}, errHandOff // a body too large for the buffer
+		return req, errHandOff // a body too large for the buffer
 	}
 	full, err := r.Peek(req.length)
 	if err != nil {
@@ -293,55 +293,3 @@ func (c *wireConn) setActive(active bool) bool {
 	}
 	return c.state.CompareAndSwap(from, to)
 }
-
-// bufferedConn is a connection handed to net/http with what serveConn read of it.
-type bufferedConn struct {
-	net.Conn
-	r    *bufio.Reader
-	from client
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// handoff is the listener net/http serves: it accepts only the connections serveConn
-// gives it.
-type handoff struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   atomic.Bool
-}
-
-func newHandoff() *handoff {
-	return &handoff{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (h *handoff) give(c net.Conn) {
-	select {
-	case h.conns <- c:
-	case <-h.closed:
-		_ = c.Close()
-	}
-}
-
-func (h *handoff) Accept() (net.Conn, error) {
-	select {
-	case c := <-h.conns:
-		return c, nil
-	case <-h.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (h *handoff) Close() error {
-	if h.once.CompareAndSwap(false, true) {
-		close(h.closed)
-	}
-	return nil
-}
-
-func (h *handoff) Addr() net.Addr { return handoffAddr{} }
-
-type handoffAddr struct{}
-
-func (handoffAddr) Network() string { return "fuseboxd" }
-func (handoffAddr) String() string  { return "net/http" }
