@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,7 +29,7 @@ import (
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fuseboxd:", err)
+		fmt.Fprintln(os.Stderr, "fuseboxd:", strings.TrimPrefix(err.Error(), "fuseboxd: "))
 		os.Exit(1)
 	}
 }
@@ -58,6 +59,18 @@ func run() error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
+
+	// The socket first: a path another daemon serves is refused before anything starts,
+	// with that line alone.
+	lns, err := listeners(*socket, *listen)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, l := range lns {
+			_ = l.Close() // the socket's removes it; done already by Shutdown
+		}
+	}()
 
 	var o kube.Options
 	switch {
@@ -94,20 +107,6 @@ func run() error {
 		return err
 	}
 
-	var lns []net.Listener
-	ln, err := fuseboxd.ListenUnix(*socket)
-	if err != nil {
-		return err
-	}
-	lns = append(lns, ln)
-	if *listen != "" {
-		tl, err := fuseboxd.ListenLoopback(*listen)
-		if err != nil {
-			_ = ln.Close()
-			return err
-		}
-		lns = append(lns, tl)
-	}
 	errc := make(chan error, len(lns))
 	for _, l := range lns {
 		log.Info("Serving the breaker API", "address", l.Addr().String())
@@ -129,7 +128,6 @@ func run() error {
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("Requests still in progress at shutdown", "error", err)
 	}
-	_ = os.Remove(*socket)
 	// Leave the report consistent: wait (within the grace period) for the transitions the
 	// last settles caused to be written.
 	for !agent.ReportWritten() && ctx.Err() == nil {

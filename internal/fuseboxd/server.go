@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -256,29 +255,6 @@ func (s *Server) shutdownWire(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// ListenUnix listens on the Unix socket path, replacing a socket a previous run left
-// behind (but no other kind of file). The socket is writable by every user: the pod's
-// containers may run as different users, and only they mount its directory.
-func ListenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("fuseboxd: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("fuseboxd: remove stale socket: %w", err)
-		}
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("fuseboxd: %w", err)
-	}
-	if err := os.Chmod(path, 0o666); err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("fuseboxd: %w", err)
-	}
-	return ln, nil
 }
 
 // ListenLoopback listens on addr, which must be a loopback IP address and a port
