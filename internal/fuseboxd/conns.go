@@ -81,6 +81,8 @@ type bufferedConn struct {
 	closed atomic.Bool
 }
 
+var _ net.Conn = (*bufferedConn)(nil)
+
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // Close closes the connection, counted out of MaxConnections first (as serveConn does).
@@ -98,6 +100,8 @@ type handoff struct {
 	closed chan struct{}
 	once   atomic.Bool
 }
+
+var _ net.Listener = (*handoff)(nil)
 
 func newHandoff() *handoff {
 	return &handoff{conns: make(chan net.Conn), closed: make(chan struct{})}

@@ -101,6 +101,8 @@ type socketListener struct {
 	err   error
 }
 
+var _ net.Listener = (*socketListener)(nil)
+
 func (l *socketListener) Close() error {
 	l.once.Do(func() {
 		l.err = l.UnixListener.Close()
