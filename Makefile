@@ -99,6 +99,15 @@ test-cluster: ## Run test/cluster on a real single-node cluster: build the image
 bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
 	cd bench && go test -run '^$$' -bench . -benchmem -count 5 ./...
 
+.PHONY: test-clients
+test-clients: ## Run the suites of the fuseboxd clients (clients/: Python, Node, PHP) and their examples; make test runs them too.
+	go test $(GO_TEST_FLAGS) -count=1 -run 'Test(Python|Node|PHP)Client' ./cmd/fuseboxd
+	go test $(GO_TEST_FLAGS) -count=1 ./examples/php-worker ./examples/php-guzzle ./examples/python-worker ./examples/node-worker
+
+.PHONY: bench-clients
+bench-clients: ## Measure each fuseboxd client's call: p50/p99 against a live daemon, per call against a hung one and a missing socket (docs/benchmarks.md).
+	go test -run '^$$' -bench Clients -benchtime 1x -count 3 ./cmd/fuseboxd
+
 .PHONY: bench-cluster
 bench-cluster: envtest ## Measure config and verdict propagation with 20 instances on envtest (p50/p99).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^$$' -bench Propagation -benchtime 50x ./test/e2e
