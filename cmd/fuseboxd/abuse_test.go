@@ -164,3 +164,42 @@ func TestLimitFlags(t *testing.T) {
 		t.Fatalf("acquire over the cap: %s, want 429 with Retry-After", resp.Status)
 	}
 }
+
+// leakThenCall is a PHP worker that leaks a permit, then makes a call through the
+// breaker: it prints what call() returned and whether the call ran.
+const leakThenCall = `<?php
+require getenv('FUSEBOX_AUTOLOAD');
+$breaker = (new Fusebox\Client(getenv('FUSEBOX_SOCKET')))->breaker('payments');
+if (!($breaker->acquire(600000) instanceof Fusebox\Permit)) {
+    fwrite(STDERR, "the leaked acquire was refused\n");
+    exit(2);
+}
+$ran = false;
+echo $breaker->call(
+    fn (Throwable $cause) => 'fallback ' . ($cause instanceof Fusebox\CircuitOpen ? $cause->state->value . ' ' . $cause->reason : get_class($cause)),
+    function () use (&$ran) { $ran = true; return 'called'; },
+), $ran ? ' ran' : ' not run', "\n";
+`
+
+// TestPHPWorkerAtItsCapRunsTheFallback: the attack end to end. A PHP worker past its
+// permit cap is refused with a 429, and the PHP client short-circuits: it runs the
+// fallback and not the call, rather than taking the daemon for unreachable and failing
+// open (which ran the call unwatched, and with a leak that held every permit, switched
+// the pod's breaker off).
+func TestPHPWorkerAtItsCapRunsTheFallback(t *testing.T) {
+	php, _ := needPHP(t)
+	d := startBinary(t, map[string]string{"payments": paymentsConfig}, "--max-permits-per-client", "1")
+	autoload, err := filepath.Abs("../../clients/php/autoload.php")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(php, "-r", strings.TrimPrefix(leakThenCall, "<?php\n"))
+	cmd.Env = append(os.Environ(), "FUSEBOX_AUTOLOAD="+autoload, "FUSEBOX_SOCKET="+d.sock)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("php: %v\n%s", err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), "fallback closed client_permits_exhausted not run"; got != want {
+		t.Fatalf("the PHP worker past its cap: %q, want %q", got, want)
+	}
+}
