@@ -1,11 +1,13 @@
 package fuseboxd
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -54,7 +56,9 @@ func listenUnixLocked(path string) (*net.UnixListener, os.FileInfo, error) {
 			return nil, nil, fmt.Errorf("fuseboxd: %s exists and is not a socket", path)
 		}
 		// A daemon that takes no lock (an older one) may still serve it.
-		if pid, live := answering(path); live {
+		if pid, live, err := answering(path); err != nil {
+			return nil, nil, err
+		} else if live {
 			return nil, nil, &InUseError{Path: path, PID: pid}
 		}
 		if err := os.Remove(path); err != nil {
@@ -80,15 +84,19 @@ func listenUnixLocked(path string) (*net.UnixListener, os.FileInfo, error) {
 }
 
 // answering reports whether a process accepts connections on the socket at path, and
-// its pid when the kernel names it (SO_PEERCRED of the connection).
-func answering(path string) (int, bool) {
+// its pid when the kernel names it (SO_PEERCRED of the connection). Only a refused
+// connection means nobody listens: a socket whose listener is too busy to take one is
+// not stale, and is not replaced.
+func answering(path string) (int, bool, error) {
 	conn, err := net.DialTimeout("unix", path, time.Second)
-	if err != nil {
-		// ECONNREFUSED: nobody listens; a socket file left behind.
-		return 0, false
+	switch {
+	case err == nil:
+		defer conn.Close()
+		return int(peerProcess(conn)), true, nil
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return 0, false, nil
 	}
-	defer conn.Close()
-	return int(peerProcess(conn)), true
+	return 0, false, fmt.Errorf("fuseboxd: %s: cannot tell whether a daemon serves it: %w", path, err)
 }
 
 // socketListener is the daemon's socket and the lock that makes the path its own.
