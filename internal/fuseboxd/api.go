@@ -101,12 +101,16 @@ const (
 func (s *Server) refuseShort(e *breakerEntry, b *breaker.Breaker, short shortage, from client) answer {
 	switch short {
 	case clientAtCap:
-		s.warnings.warn(clientAtCap, s.log, "A client holds as many permits as it may; its acquires are refused until it settles some or they lapse",
-			"client", from.String(), "breaker", e.name, "maxPermitsPerClient", s.permits.maxPerClient)
+		if s.warnings.due(clientAtCap) {
+			s.log.Warn("A client holds as many permits as it may; its acquires are refused until it settles some or they lapse",
+				"client", from.String(), "breaker", e.name, "maxPermitsPerClient", s.permits.maxPerClient)
+		}
 		return s.refuseAtCap(e, b, reasonClientPermits)
 	case tableAtCap:
-		s.warnings.warn(tableAtCap, s.log, "The daemon holds as many permits as it may; every acquire is refused until some are settled or lapse",
-			"breaker", e.name, "maxPermits", s.permits.max)
+		if s.warnings.due(tableAtCap) {
+			s.log.Warn("The daemon holds as many permits as it may; every acquire is refused until some are settled or lapse",
+				"breaker", e.name, "maxPermits", s.permits.max)
+		}
 		return s.refuseAtCap(e, b, reasonPermits)
 	}
 	return errorAnswer(http.StatusServiceUnavailable, "shutting down")

@@ -25,8 +25,10 @@ func (s *Server) admit(conn net.Conn) {
 		return
 	}
 	s.open.Add(-1)
-	s.warnings.warn(connectionsAtCap, s.log, "As many connections are open as the daemon serves; new ones get one answer and are closed",
-		"maxConnections", s.maxConns)
+	if s.warnings.due(connectionsAtCap) {
+		s.log.Warn("As many connections are open as the daemon serves; new ones get one answer and are closed",
+			"maxConnections", s.maxConns)
+	}
 	if s.refusing.Add(1) > refusalLane {
 		s.refusing.Add(-1)
 		_ = conn.Close()

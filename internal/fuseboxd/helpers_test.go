@@ -80,7 +80,9 @@ func startDaemonServed(t testing.TB, o fuseboxd.Options, configs map[string]stri
 		cancel()
 		t.Fatal(err)
 	}
-	o.Logger = quiet
+	if o.Logger == nil {
+		o.Logger = quiet
+	}
 	o.Registry, o.Published, o.Ready, o.Clock = d.agent.Registry(), d.agent.Published, d.agent.Loaded, d.clock
 	if d.srv, err = fuseboxd.New(o); err != nil {
 		cancel()

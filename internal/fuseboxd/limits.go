@@ -1,7 +1,6 @@
 package fuseboxd
 
 import (
-	"log/slog"
 	"sync/atomic"
 	"time"
 )
@@ -39,17 +38,16 @@ const (
 	maxHeaderBytes = 16 << 10
 )
 
-// warnings logs that a cap was reached, each kind at most once a minute: a client at its
-// cap is refused on every acquire, and the log must say so without flooding.
+// warnings spaces the log lines saying a cap was reached, each kind at most once a
+// minute: a client at its cap is refused on every acquire, and the log must say so
+// without flooding.
 type warnings struct {
 	last [connectionsAtCap]atomic.Int64 // by shortage, unix nanoseconds
 }
 
-func (w *warnings) warn(kind shortage, log *slog.Logger, msg string, args ...any) {
+// due reports whether a line about kind is to be logged now.
+func (w *warnings) due(kind shortage) bool {
 	now := time.Now().UnixNano()
 	last := w.last[kind-1].Load()
-	if now-last < int64(time.Minute) || !w.last[kind-1].CompareAndSwap(last, now) {
-		return
-	}
-	log.Warn(msg, args...)
+	return now-last >= int64(time.Minute) && w.last[kind-1].CompareAndSwap(last, now)
 }

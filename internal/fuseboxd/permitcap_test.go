@@ -1,8 +1,12 @@
 package fuseboxd_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,5 +164,47 @@ func TestConnectionsOfOneProcessShareItsCap(t *testing.T) {
 	wantCapRefusal(t, c, code, a, "half_open", "client_permits_exhausted")
 	if code, a := leanAcquire(t, tcp, "payments"); code != http.StatusCreated || a.State != "half_open" {
 		t.Fatalf("the next client's acquire: %d %+v, want the probe, 201 half_open", code, a)
+	}
+}
+
+// syncBuffer is a log the daemon's goroutines write to while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestACapReachedIsLogged: the daemon says in its log that a client reached its cap,
+// naming it, once however often the client is refused (at most once a minute), so that
+// a leak is found from the pod's logs without flooding them.
+func TestACapReachedIsLogged(t *testing.T) {
+	var log syncBuffer
+	d := startDaemon(t, fuseboxd.Options{MaxPermitsPerClient: 1, Logger: slog.New(slog.NewJSONHandler(&log, nil))},
+		map[string]string{"payments": testConfig("payments", 1, "")})
+	d.mustAcquire("payments")
+	for range 5 {
+		if code, a := d.acquire("payments", ""); code != http.StatusTooManyRequests || a.Reason != "client_permits_exhausted" {
+			t.Fatalf("acquire past the cap: %d %+v", code, a)
+		}
+	}
+	var lines []string
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "as many permits as it may") {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], `"level":"WARN"`) || !strings.Contains(lines[0], `"client":"process `) || !strings.Contains(lines[0], `"breaker":"payments"`) {
+		t.Fatalf("log lines about the cap: %q, want one warning naming the process and the breaker", lines)
 	}
 }
