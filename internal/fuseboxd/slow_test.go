@@ -103,15 +103,17 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			// The connection cannot have been idle for longer than since it was opened,
+			// or since its request was sent.
+			idleSince := time.Now()
 			conn, err := net.Dial("unix", d.sock)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer conn.Close()
 			r := bufio.NewReader(conn)
-			// The connection cannot have been idle longer than since the request was sent.
-			idleSince := time.Now()
 			if tc.request != "" {
+				idleSince = time.Now()
 				if _, err := io.WriteString(conn, tc.request); err != nil {
 					t.Fatal(err)
 				}
