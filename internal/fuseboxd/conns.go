@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Connections: each costs the daemon its buffers and a goroutine (about 20 KiB) for as
+// Connections: each costs the daemon its buffers and a goroutine (about 15 KiB) for as
 // long as the client holds it, so at most MaxConnections are served at once
 // (docs/fuseboxd.md, "Limits").
 

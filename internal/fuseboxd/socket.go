@@ -11,11 +11,10 @@ import (
 	"time"
 )
 
-// One daemon per socket. A second daemon started on the path of a live one used to
-// replace its socket and remove it on exit, leaving the first unreachable while it still
-// ran, and the pod's clients failing open. Now the path belongs to the daemon holding
-// the lock on PATH.lock (flock, released by the kernel however the daemon ends), and a
-// socket is replaced only once nothing answers on it.
+// One daemon per socket. A second daemon that took the path of a live one would leave
+// the first running unreachable, and the pod's clients failing open; so the path belongs
+// to the daemon holding the lock on PATH.lock (flock, released by the kernel however the
+// daemon ends), and a socket is replaced only once nothing answers on it.
 
 // InUseError is ListenUnix's refusal of a path another daemon serves.
 type InUseError struct {
