@@ -3,9 +3,14 @@
 // in any language over a Unix socket.
 //
 // In a pod it reads the cluster as kube.FromEnvironment does (POD_NAME, POD_NAMESPACE,
-// POD_UID from the downward API) and writes the pod's BreakerReport. With --config-dir it
-// needs no API server: it reads the rendered config from DIR/<name>.json, laid out as the
-// mounted fusebox-breakers ConfigMap, hot-reloads it, and reports nowhere.
+// POD_UID from the downward API) and writes the pod's BreakerReport, or, with
+// FUSEBOX_NODE_AGENT set, streams its config from its node's agent and reports there.
+// With --config-dir it needs no API server: it reads the rendered config from
+// DIR/<name>.json, laid out as the mounted fusebox-breakers ConfigMap, hot-reloads it,
+// and reports nowhere.
+//
+// With --node it is that node agent instead (docs/design.md §9, internal/nodeagent): one
+// per node, serving every pod of its node on --node-listen.
 package main
 
 import (
@@ -24,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fusebox-dev/fusebox/internal/fuseboxd"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
@@ -39,10 +45,12 @@ func run() error {
 		socket     = flag.String("socket", "/var/run/fusebox/fusebox.sock", "Unix socket to serve the API on")
 		listen     = flag.String("listen", "", "also serve on this loopback address (127.0.0.1:PORT); no other address is accepted")
 		configDir  = flag.String("config-dir", "", "read the breaker config from DIR/<name>.json (the ConfigMap's layout) instead of the cluster, and report nowhere")
-		kubeconfig = flag.String("kubeconfig", "", "outside a pod: reach the cluster with this kubeconfig, speaking for the pod that POD_NAME, POD_NAMESPACE and POD_UID name")
-		grace      = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write may take at shutdown")
+		kubeconfig = flag.String("kubeconfig", "", "outside a pod: reach the cluster with this kubeconfig, speaking for the pod that POD_NAME, POD_NAMESPACE and POD_UID name (with --node: as the node's agent)")
+		grace      = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write (with --node: the node's) may take at shutdown")
 		debug      = flag.Bool("debug", false, "log at debug level")
 		probeOnly  = flag.Bool("probe", false, "do not serve: check that a daemon serves on --socket (GET /healthz) and exit 0 if it does, 1 if not (the injected sidecar's startup probe)")
+		node       = flag.Bool("node", false, "run as the node agent (DaemonSet fusebox-node): carry the reports and config of every pod of the node NODE_NAME names")
+		nodeListen = flag.String("node-listen", fmt.Sprintf(":%d", breakerconfig.NodeAgentPort), "with --node: the address to serve the node's pods on")
 	)
 	var lim limits
 	lim.register(flag.CommandLine)
@@ -59,6 +67,9 @@ func run() error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
+	if *node {
+		return runNode(*nodeListen, *kubeconfig, *grace, log)
+	}
 
 	// The socket first: a path another daemon serves is refused before anything starts,
 	// with that line alone.

@@ -24,6 +24,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/webhook/podinject"
 )
 
 func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -297,5 +298,22 @@ func TestDefaultServesMetricsSecurely(t *testing.T) {
 	find(t, objs, "ClusterRoleBinding", "fusebox-metrics-auth-rolebinding", &binding)
 	if binding.RoleRef.Name != "fusebox-metrics-auth-role" || binding.Subjects[0].Name != "fusebox-controller-manager" || binding.Subjects[0].Namespace != "fusebox-system" {
 		t.Errorf("metrics-auth-rolebinding %+v, want the manager's service account bound", binding)
+	}
+}
+
+// The pod webhook reads the agent's Service, by name, in the operator's namespace, and
+// nothing else beyond the manager's role.
+func TestDefaultLetsThePodWebhookReadTheAgentService(t *testing.T) {
+	objs := kustomizeBuild(t, "config/default")
+	var role rbacv1.Role
+	find(t, objs, "Role", "fusebox-pod-webhook", &role)
+	if want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{podinject.DefaultAgentService}, Verbs: []string{"get"}}}; role.Namespace != "fusebox-system" || !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("Role %s/%s grants %+v, want %+v", role.Namespace, role.Name, role.Rules, want)
+	}
+	var binding rbacv1.RoleBinding
+	find(t, objs, "RoleBinding", "fusebox-pod-webhook", &binding)
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
+		binding.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "fusebox-controller-manager", Namespace: "fusebox-system"}) {
+		t.Errorf("binding %+v, want the role bound to the manager's service account", binding)
 	}
 }
