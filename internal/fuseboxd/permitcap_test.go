@@ -1,16 +1,15 @@
 package fuseboxd_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/internal/fuseboxd"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 // leanAcquire asks for a permit on c with a ten-minute lease, as a leaking client does.
@@ -167,29 +166,11 @@ func TestConnectionsOfOneProcessShareItsCap(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log the daemon's goroutines write to while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestACapReachedIsLogged: the daemon says in its log that a client reached its cap,
 // naming it, once however often the client is refused (at most once a minute), so that
 // a leak is found from the pod's logs without flooding them.
 func TestACapReachedIsLogged(t *testing.T) {
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	d := startDaemon(t, fuseboxd.Options{MaxPermitsPerClient: 1, Logger: slog.New(slog.NewJSONHandler(&log, nil))},
 		map[string]string{"payments": testConfig("payments", 1, "")})
 	d.mustAcquire("payments")
