@@ -47,7 +47,14 @@ func ensureAgentService(ctx context.Context) string {
 			Ports:                 []corev1.ServicePort{{Name: "agent", Port: breakerconfig.NodeAgentPort, TargetPort: intstr.FromString("agent")}},
 		},
 	}
-	Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, svc))).To(Succeed())
+	err := k8sClient.Create(ctx, svc)
+	Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
+	if err == nil {
+		// A spec before this one may have deleted the Service while the webhook held its
+		// address: the webhook trusts what it read for agentLookupTTL (a time, not a
+		// load-dependent wait), after which it reads this Service's new cluster IP.
+		time.Sleep(2 * agentLookupTTL)
+	}
 	Expect(k8sClient.Get(ctx, agentService, svc)).To(Succeed())
 	Expect(net.ParseIP(svc.Spec.ClusterIP)).NotTo(BeNil(), "the API server allocates the Service a cluster IP")
 	return svc.Spec.ClusterIP
