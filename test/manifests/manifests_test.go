@@ -143,7 +143,7 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	var client rbacv1.ClusterRole
 	find(t, objs, "ClusterRole", "fusebox-breaker-client", &client)
 	want := map[string]map[string][]string{
-		"/configmaps":                           {"get": {"fusebox-breakers"}, "list": {"fusebox-breakers"}, "watch": {"fusebox-breakers"}},
+		"/configmaps":                           {"get": {breakerconfig.ConfigMapName}, "list": {breakerconfig.ConfigMapName}, "watch": {breakerconfig.ConfigMapName}},
 		"resilience.fusebox.dev/breakerreports": {"get": nil, "create": nil, "patch": nil, "update": nil},
 	}
 	got := map[string]map[string][]string{}
