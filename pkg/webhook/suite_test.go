@@ -26,6 +26,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/webhook"
 )
 
@@ -125,33 +126,9 @@ func newNamespace() string {
 	return ns.Name
 }
 
-// warnings records the warnings the API server returns to one client.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) HandleWarningHeader(code int, _ string, text string) {
-	if code != 299 || text == "" {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, text)
-}
-
-// take returns the warnings so far and forgets them.
-func (w *warnings) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	msgs := w.msgs
-	w.msgs = nil
-	return msgs
-}
-
 // warningClient returns a direct client whose warnings are recorded.
-func warningClient() (client.Client, *warnings) {
-	w := &warnings{}
+func warningClient() (client.Client, *testutil.Warnings) {
+	w := &testutil.Warnings{}
 	c := rest.CopyConfig(cfg)
 	c.WarningHandler = w
 	cl, err := client.New(c, client.Options{Scheme: scheme})

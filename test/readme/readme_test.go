@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,26 +128,6 @@ func parseExample(block []string, line int) (example, error) {
 	return ex, nil
 }
 
-// warningLog records the warnings the API server returns to one client.
-type warningLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warningLog) HandleWarningHeader(code int, _, text string) {
-	if code == 299 && text != "" {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.msgs = append(w.msgs, text)
-	}
-}
-
-func (w *warningLog) all() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.msgs...)
-}
-
 // TestREADMEExamples applies each YAML example of the README, in a namespace of its own,
 // and checks the outcome its first line states (issue 35: the README said the API server
 // refused what it accepted with a warning).
@@ -174,7 +153,7 @@ func TestREADMEExamples(t *testing.T) {
 			if err := admin.Create(context.Background(), ns); err != nil {
 				t.Fatal(err)
 			}
-			seen := &warningLog{}
+			seen := &testutil.Warnings{}
 			c := rest.CopyConfig(cfg)
 			c.WarningHandler = seen
 			cl, err := client.New(c, client.Options{Scheme: runtime.NewScheme()})
@@ -184,7 +163,7 @@ func TestREADMEExamples(t *testing.T) {
 			obj := ex.object.DeepCopy()
 			obj.SetNamespace(ns.Name)
 			err = cl.Create(context.Background(), obj)
-			warnings := seen.all()
+			warnings := seen.Take()
 			if ex.refused {
 				checkRefusal(t, ex, err)
 				return
