@@ -133,6 +133,6 @@ func deploySpecs() {
 			var list corev1.PodList
 			g.Expect(k8s.List(ctx, &list, client.InNamespace(operatorNamespace), managerLabels)).To(Succeed())
 			g.Expect(list.Items).To(BeEmpty())
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed(), "manager pods after make undeploy")
+		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(Succeed(), "manager pods after make undeploy")
 	}, SpecTimeout(10*time.Minute))
 }
