@@ -84,9 +84,9 @@ func TestFromEnvironmentReturnsWithTheConfigApplied(t *testing.T) {
 	}
 }
 
-// With no config in FirstConfigWait, FromEnvironment says so in the log and returns a
-// registry on the default policy, which takes the config when it comes; a context that
-// ends first ends the wait with its error.
+// With no config in FirstConfigWait (the node agent it names cannot be reached),
+// FromEnvironment says so in the log and returns a registry on the default policy; a
+// context that ends first ends the wait with its error.
 func TestFromEnvironmentSaysWhenItGivesUp(t *testing.T) {
 	podEnvironment(t)
 	was := firstConfigWait
