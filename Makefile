@@ -172,8 +172,7 @@ cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces
 
 .PHONY: cluster-load
 cluster-load: ## Load the images of make image and make image-fuseboxd (the manager's, fuseboxd's) into the cluster of make cluster.
-	hack/cluster.sh load $(LOCALBIN)/image.tar
-	hack/cluster.sh load $(LOCALBIN)/fuseboxd-image.tar
+	hack/cluster.sh load $(LOCALBIN)/image.tar $(LOCALBIN)/fuseboxd-image.tar
 
 .PHONY: cluster-down
 cluster-down: ## Stop the cluster of `make cluster`; it leaves nothing on the machine.

@@ -5,7 +5,7 @@
 #
 #   hack/cluster.sh up               build if needed, start, wait for the node to be Ready;
 #                                    the last line printed is the admin kubeconfig's path
-#   hack/cluster.sh load FILE.tar    import an image (docker-load or OCI layout tarball)
+#   hack/cluster.sh load FILE.tar... import images (docker-load or OCI layout tarballs)
 #   hack/cluster.sh exec -- CMD...   run CMD on this machine's file system, in the
 #                                    cluster's network namespace, with KUBECONFIG set and
 #                                    kubectl on PATH
@@ -282,14 +282,23 @@ down) cmd_down ;;
 status) cmd_status ;;
 build) "${cluster_hack}/build.sh" ;;
 load)
-	[[ $# -eq 2 && -f $2 ]] || die "usage: hack/cluster.sh load FILE.tar (one file)"
+	shift
+	(($#)) || die "usage: hack/cluster.sh load FILE.tar..."
+	# Every file checked before any is imported: a typo in the second does not leave the
+	# first loaded and the caller guessing which.
+	files=()
+	for f in "$@"; do
+		[[ -f ${f} ]] || die "load: ${f}: no such file"
+		files+=("$(realpath "${f}")") # nsenter --mount starts in /
+	done
 	pid="$(node_pid)" || die "the cluster is not running (hack/cluster.sh up)"
-	file="$(realpath "$2")" # nsenter --mount starts in /
 	# shellcheck source=/dev/null # written by up
 	source "${state}/conf/node.env"
-	# Inside the mount namespace: containerd's socket is in its private /run.
-	nsenter --target "${pid}" --mount -- "${bin}/ctr" --address /run/containerd/containerd.sock \
-		-n k8s.io images import --platform "linux/${goarch}" "${file}"
+	for f in "${files[@]}"; do
+		# Inside the mount namespace: containerd's socket is in its private /run.
+		nsenter --target "${pid}" --mount -- "${bin}/ctr" --address /run/containerd/containerd.sock \
+			-n k8s.io images import --platform "linux/${goarch}" "${f}"
+	done
 	;;
 exec)
 	shift

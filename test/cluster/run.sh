@@ -93,10 +93,9 @@ else
 	step "starting the cluster"
 	hack/cluster.sh up >/dev/null
 fi
-for tar in bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar "${out}/image-fuseboxd.tar" "${out}/image-worker.tar"; do
-	step "loading ${tar}"
-	hack/cluster.sh load "${tar}" >/dev/null
-done
+step "loading the images"
+hack/cluster.sh load bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar \
+	"${out}/image-fuseboxd.tar" "${out}/image-worker.tar" >/dev/null
 
 state="$(cd "${FUSEBOX_CLUSTER_DIR:-${root}/bin/cluster}" && pwd)"
 rm -f "${out}/timings.md"
