@@ -126,3 +126,24 @@ func TestFromEnvironmentSaysWhenItGivesUp(t *testing.T) {
 		t.Errorf("with its context ended: %v, want context.Canceled", err)
 	}
 }
+
+// Issue 35: an agent that reads a directory and has no API server to report to (fuseboxd
+// --config-dir outside a pod) logged `"why":"Options.Config is nil"`, a field a reader of
+// the log never set; it says what is off and why in the domain's words.
+func TestNoReportSaysWhyInItsOwnWords(t *testing.T) {
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := StartAgent(ctx, Options{ConfigDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-a.Done()
+	said := logs.String()
+	if !strings.Contains(said, "Not reporting breaker states") || !strings.Contains(said, "no API server to write this pod's BreakerReport to") {
+		t.Errorf("the log does not say why reporting is off:\n%s", said)
+	}
+	if strings.Contains(said, "Options.Config") {
+		t.Errorf("the log names a Go field:\n%s", said)
+	}
+}
