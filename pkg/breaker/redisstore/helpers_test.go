@@ -32,13 +32,19 @@ func testPolicy() breaker.Policy {
 	return p
 }
 
+// clientTimeout bounds each of the tests' Redis round trips, the store's (WithOpTimeout)
+// and the client's: Redis answers on loopback in well under a millisecond, but a loaded
+// -race run has taken over 200 ms, and a store that times out marks an outage, which the
+// tests that keep Redis up assert never happens.
+const clientTimeout = 5 * time.Second
+
 // newStore starts a store on its own client, as a separate process would have, and closes
 // it when the test ends. Its keys are prefix + key: each test's own prefix is its
 // application (TestApplicationInKeys covers the default).
 func newStore(t testing.TB, srv *redisServer, prefix string, opts ...Option) *Store {
 	t.Helper()
 	opts = append([]Option{WithPrefix(prefix), WithApplication(""), WithPollInterval(100 * time.Millisecond),
-		WithOpTimeout(300 * time.Millisecond), WithLogger(quietLogger(t))}, opts...)
+		WithOpTimeout(clientTimeout), WithLogger(quietLogger(t))}, opts...)
 	s, err := New(srv.Client(), opts...)
 	if err != nil {
 		t.Fatal(err)
