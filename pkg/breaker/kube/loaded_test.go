@@ -60,7 +60,7 @@ func TestFromEnvironmentReturnsWithTheConfigApplied(t *testing.T) {
 	dir := t.TempDir()
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 4
-	doc, err := breakerconfig.Marshal(breakerconfig.FromPolicy("payments", 1, p, breakerconfig.ScopePod))
+	doc, err := breakerconfig.Marshal(ConfigOf("payments", 1, p, breakerconfig.ScopePod))
 	if err != nil {
 		t.Fatal(err)
 	}
