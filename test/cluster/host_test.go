@@ -201,11 +201,12 @@ func debianPackage(path string) string {
 	return owner
 }
 
-// clusterProcesses are the live processes that are the cluster's: in the network
-// namespace the suite ran in, started with the cluster's state directory on their command
-// line, or in the kubelet's cgroups. Other processes of this shared machine, envtest's
-// etcd and kube-apiserver among them, are not.
-func clusterProcesses(netns, stateDir string) []string {
+// clusterProcesses are the live processes that are the cluster's: in one of namespaces
+// (every node's, and the network namespace the suite ran in: "net:[4026532...]" and the
+// like, as readlink names them), started with the cluster's state directory on their
+// command line, or in the kubelets' cgroups. Other processes of this shared machine,
+// envtest's etcd and kube-apiserver among them, are not.
+func clusterProcesses(namespaces []string, stateDir string) []string {
 	entries, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range entries {
@@ -213,16 +214,35 @@ func clusterProcesses(netns, stateDir string) []string {
 			continue
 		}
 		dir := filepath.Join("/proc", e.Name())
-		ns, _ := os.Readlink(filepath.Join(dir, "ns", "net"))
+		in := ""
+		for _, kind := range []string{"pid", "net", "mnt"} {
+			if ns, _ := os.Readlink(filepath.Join(dir, "ns", kind)); ns != "" && slices.Contains(namespaces, ns) {
+				in = ns
+				break
+			}
+		}
 		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
 		cgroups, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
 		cmd := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
-		if (netns != "" && ns == netns) || (stateDir != "" && strings.Contains(cmd, stateDir+"/")) ||
+		if in != "" || (stateDir != "" && strings.Contains(cmd, stateDir+"/")) ||
 			strings.Contains(string(cgroups), "/kubepods") {
-			out = append(out, fmt.Sprintf("process %s (%s): %s", e.Name(), ns, cmd))
+			out = append(out, fmt.Sprintf("process %s (%s): %s", e.Name(), in, cmd))
 		}
 	}
 	return out
+}
+
+// nodeNamespaces are the namespaces of every node of the last run, as hack/cluster.sh up
+// notes them in the state directory (three per node: pid, net, mnt).
+func nodeNamespaces(stateDir string) []string {
+	if stateDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, "namespaces"))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
 }
 
 // netnsFile is where the run inside the cluster notes its network namespace, beside the
@@ -260,7 +280,14 @@ var _ = Describe("The host after `hack/cluster.sh down`", Label("host"), func() 
 		if self, _ := os.Readlink("/proc/self/ns/net"); self == string(netns) {
 			Fail("this spec runs in the cluster's network namespace: run it on the host, after `hack/cluster.sh down`")
 		}
-		left = append(left, clusterProcesses(string(netns), *clusterState)...)
+		namespaces := nodeNamespaces(*clusterState)
+		if *nodeCount > 0 {
+			Expect(namespaces).To(HaveLen(3*(*nodeCount)), "the namespaces of %d node(s) in %s/namespaces: the processes of each are looked for", *nodeCount, *clusterState)
+		}
+		if len(netns) > 0 {
+			namespaces = append(namespaces, string(netns))
+		}
+		left = append(left, clusterProcesses(namespaces, *clusterState)...)
 		Expect(left).To(BeEmpty(), "left on the host after `hack/cluster.sh down`")
 	})
 })
