@@ -250,7 +250,8 @@ cmd_up() {
 			log="${state}/logs$(node_subdir "${i}")/node.log"
 			node_pid "${i}" >/dev/null || die "${node_names[i]} stopped while starting:
 $(tail -5 "${log}")"
-			now="$(tail -1 "${log}")"
+			# The log is created by the background start, which may not have run yet.
+			now="$(tail -1 "${log}" 2>/dev/null)" || now=""
 			[[ ${now} == "${last[i]:-}" ]] || ts "${now}"
 			last[i]=${now}
 			[[ ${now} != *"all started" ]] || started=$((started + 1))
