@@ -89,7 +89,7 @@ nodes_ready() {
 
 preflight() {
 	local missing=() c
-	for c in nsenter unshare setsid ip iptables conntrack openssl runc mount; do
+	for c in nsenter unshare setsid pgrep ip iptables conntrack openssl runc mount; do
 		command -v "${c}" >/dev/null || missing+=("${c}")
 	done
 	[[ -x ${cni_bin}/bridge && -x ${cni_bin}/host-local && -x ${cni_bin}/loopback ]] ||
@@ -152,22 +152,30 @@ host_sysctls() {
 
 # start_node I starts node I's namespaces, node.sh their first process.
 start_node() {
-	local i=$1 pid="" unshare_pid
+	local i=$1 env pid="" p unshare_pid
+	env="$(node_env_file "${i}")"
 	ts "starting ${node_names[i]}'s namespaces"
 	# setsid: the cluster outlives this command and its terminal. --fork: node.sh is
 	# PID 1 of the new PID namespace, whose end kills every process in it.
 	setsid unshare --pid --fork --mount-proc --mount --propagation private --net \
-		"${cluster_hack}/node.sh" "$(node_env_file "${i}")" \
+		"${cluster_hack}/node.sh" "${env}" \
 		>"${state}/logs$(node_subdir "${i}")/node.log" 2>&1 </dev/null &
-	unshare_pid=$!
-	echo "${unshare_pid}" >"$(node_unshare_file "${i}")"
+	# node.sh is the process running it with this node's file that is PID 1 of its own
+	# namespace (the last of its NSpid). Not simply the background job's first child: the
+	# job's shell, setsid and unshare each may or may not fork on the way, and a process
+	# seen before unshare has made the namespaces is still in this machine's.
 	for _ in $(seq 100); do
-		read -r pid _ 2>/dev/null <"/proc/${unshare_pid}/task/${unshare_pid}/children" || true
+		for p in $(pgrep -f -- "/node.sh ${env}$" || true); do
+			[[ "$(awk '/^NSpid:/ {print $NF}' "/proc/${p}/status" 2>/dev/null)" != 1 ]] || pid=${p}
+		done
 		[[ -z ${pid} ]] || break
 		sleep 0.05
 	done
 	[[ -n ${pid} ]] || die "unshare did not start node.sh for ${node_names[i]}"
 	echo "${pid}" >"$(node_pid_file "${i}")"
+	# down waits for unshare, node.sh's parent, to go: then the namespaces are gone.
+	unshare_pid="$(awk '/^PPid:/ {print $2}' "/proc/${pid}/status")"
+	echo "${unshare_pid}" >"$(node_unshare_file "${i}")"
 	# For status: a process left in one of these after down is a leak.
 	readlink "/proc/${pid}/ns/pid" "/proc/${pid}/ns/net" "/proc/${pid}/ns/mnt" >>"${state}/namespaces"
 }
@@ -341,8 +349,10 @@ cmd_status() {
 		return "${rc}"
 	fi
 	echo "stopped"
-	local left=() p line ns namespaces=""
+	local left=() p line ns namespaces="" own
 	[[ ! -f ${state}/namespaces ]] || namespaces="$(cat "${state}/namespaces")"
+	# This machine's own namespaces are never the cluster's, whatever a broken run noted.
+	own="$(readlink /proc/self/ns/pid /proc/self/ns/net /proc/self/ns/mnt)"
 	# Processes: in the last run's namespaces (every node's), in this cluster's cgroups, or
 	# with its state directory on their command line (another checkout's cluster is not
 	# this one's).
@@ -351,7 +361,7 @@ cmd_status() {
 		[[ ${p#/proc/} != "$$" ]] || continue
 		for ns in pid net mnt; do
 			ns="$(readlink "${p}/ns/${ns}" 2>/dev/null)" || continue
-			[[ -z ${namespaces} || ${namespaces} != *"${ns}"* ]] || { line="(in the cluster's namespaces) ${line}"; break; }
+			[[ -z ${namespaces} || ${namespaces} != *"${ns}"* || ${own} == *"${ns}"* ]] || { line="(in the cluster's namespaces) ${line}"; break; }
 		done
 		if [[ ${line} == "(in the cluster's namespaces)"* || ${line} == *"${state}/"* ]] ||
 			grep -q "${cgroup_root}" "${p}/cgroup" 2>/dev/null; then

@@ -242,7 +242,24 @@ func nodeNamespaces(stateDir string) []string {
 	if err != nil {
 		return nil
 	}
-	return strings.Fields(string(b))
+	// This machine's own namespaces are never the cluster's, whatever a broken run noted.
+	var out []string
+	for _, ns := range strings.Fields(string(b)) {
+		if !slices.Contains(ownNamespaces(), ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+func ownNamespaces() []string {
+	var out []string
+	for _, kind := range []string{"pid", "net", "mnt"} {
+		if ns, err := os.Readlink("/proc/self/ns/" + kind); err == nil {
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 // netnsFile is where the run inside the cluster notes its network namespace, beside the
