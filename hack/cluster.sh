@@ -189,6 +189,9 @@ link_second_node() {
 	local first second
 	first="$(node_pid 0)" || die "${node_names[0]} stopped while starting"
 	second="$(node_pid 1)" || die "${node_names[1]} stopped while starting"
+	# The network rule: the link goes into the second node's namespace, never this machine's.
+	[[ "$(readlink "/proc/${second}/ns/net")" != "$(readlink /proc/self/ns/net)" ]] ||
+		die "${node_names[1]} (pid ${second}) is in this machine's network namespace"
 	for _ in $(seq 200); do
 		nsenter --target "${first}" --net -- ip -o link show fusebox1 2>/dev/null | grep -q '[<,]UP[,>]' && break
 		sleep 0.05
