@@ -4,7 +4,8 @@
 IMG ?= ghcr.io/fusebox-dev/fusebox:latest
 # The image of examples/in-cluster, which examples/in-cluster/deploy/app.yaml runs.
 EXAMPLE_IMG ?= ghcr.io/fusebox-dev/fusebox-example:latest
-# The fuseboxd sidecar image, which the pod webhook injects (pkg/webhook/podinject).
+# The fuseboxd image: the sidecar the pod webhook injects (pkg/webhook/podinject), and
+# the node agent's DaemonSet (config/nodeagent, which `make deploy` points at it).
 FUSEBOXD_IMG ?= ghcr.io/fusebox-dev/fuseboxd:latest
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -98,6 +99,15 @@ test-cluster: ## Run test/cluster on a real two-node cluster (CLUSTER_NODES=1: o
 .PHONY: bench
 bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
 	cd bench && go test -run '^$$' -bench . -benchmem -count 5 ./...
+
+.PHONY: test-clients
+test-clients: ## Run the suites of the fuseboxd clients (clients/: Python, Node, PHP) and their examples; make test runs them too.
+	go test $(GO_TEST_FLAGS) -count=1 -run 'Test(Python|Node|PHP)Client' ./cmd/fuseboxd
+	go test $(GO_TEST_FLAGS) -count=1 ./examples/php-worker ./examples/php-guzzle ./examples/python-worker ./examples/node-worker
+
+.PHONY: bench-clients
+bench-clients: ## Measure each fuseboxd client's call: p50/p99 against a live daemon, per call against a hung one and a missing socket (docs/benchmarks.md).
+	go test -run '^$$' -bench Clients -benchtime 1x -count 3 ./cmd/fuseboxd
 
 .PHONY: bench-cluster
 bench-cluster: envtest ## Measure config and verdict propagation with 20 instances on envtest (p50/p99).
@@ -193,8 +203,9 @@ uninstall: manifests kustomize ## Remove the CRDs (and every CircuitBreaker) fro
 	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the operator to the cluster of your KUBECONFIG.
+deploy: manifests kustomize ## Deploy the operator and the node agent to the cluster of your KUBECONFIG.
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd config/nodeagent && $(KUSTOMIZE) edit set image fuseboxd=$(FUSEBOXD_IMG)
 	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
 
 .PHONY: undeploy

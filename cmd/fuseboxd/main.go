@@ -3,9 +3,14 @@
 // in any language over a Unix socket.
 //
 // In a pod it reads the cluster as kube.FromEnvironment does (POD_NAME, POD_NAMESPACE,
-// POD_UID from the downward API) and writes the pod's BreakerReport. With --config-dir it
-// needs no API server: it reads the rendered config from DIR/<name>.json, laid out as the
-// mounted fusebox-breakers ConfigMap, hot-reloads it, and reports nowhere.
+// POD_UID from the downward API) and writes the pod's BreakerReport, or, with
+// FUSEBOX_NODE_AGENT set, streams its config from its node's agent and reports there.
+// With --config-dir it needs no API server: it reads the rendered config from
+// DIR/<name>.json, laid out as the mounted fusebox-breakers ConfigMap, hot-reloads it,
+// and reports nowhere.
+//
+// With --node it is that node agent instead (docs/design.md §9, internal/nodeagent): one
+// per node, serving every pod of its node on --node-listen.
 package main
 
 import (
@@ -17,18 +22,20 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fusebox-dev/fusebox/internal/fuseboxd"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fuseboxd:", err)
+		fmt.Fprintln(os.Stderr, "fuseboxd:", strings.TrimPrefix(err.Error(), "fuseboxd: "))
 		os.Exit(1)
 	}
 }
@@ -38,14 +45,21 @@ func run() error {
 		socket     = flag.String("socket", "/var/run/fusebox/fusebox.sock", "Unix socket to serve the API on")
 		listen     = flag.String("listen", "", "also serve on this loopback address (127.0.0.1:PORT); no other address is accepted")
 		configDir  = flag.String("config-dir", "", "read the breaker config from DIR/<name>.json (the ConfigMap's layout) instead of the cluster, and report nowhere")
-		kubeconfig = flag.String("kubeconfig", "", "outside a pod: reach the cluster with this kubeconfig, speaking for the pod that POD_NAME, POD_NAMESPACE and POD_UID name")
-		grace      = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write may take at shutdown")
+		kubeconfig = flag.String("kubeconfig", "", "outside a pod: reach the cluster with this kubeconfig, speaking for the pod that POD_NAME, POD_NAMESPACE and POD_UID name (with --node: as the node's agent)")
+		grace      = flag.Duration("shutdown-grace", 5*time.Second, "how long requests in progress and the last report write (with --node: the node's) may take at shutdown")
 		debug      = flag.Bool("debug", false, "log at debug level")
 		probeOnly  = flag.Bool("probe", false, "do not serve: check that a daemon serves on --socket (GET /healthz) and exit 0 if it does, 1 if not (the injected sidecar's startup probe)")
+		node       = flag.Bool("node", false, "run as the node agent (DaemonSet fusebox-node): carry the reports and config of every pod of the node NODE_NAME names")
+		nodeListen = flag.String("node-listen", fmt.Sprintf(":%d", breakerconfig.NodeAgentPort), "with --node: the address to serve the node's pods on")
 	)
+	var lim limits
+	lim.register(flag.CommandLine)
 	flag.Parse()
 	if *probeOnly {
 		return probe(*socket)
+	}
+	if err := lim.check(); err != nil {
+		return err
 	}
 	level := slog.LevelInfo
 	if *debug {
@@ -53,6 +67,21 @@ func run() error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
+	if *node {
+		return runNode(*nodeListen, *kubeconfig, *grace, log)
+	}
+
+	// The socket first: a path another daemon serves is refused before anything starts,
+	// with that line alone.
+	lns, err := listeners(*socket, *listen)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, l := range lns {
+			_ = l.Close() // the socket's removes it; done already by Shutdown
+		}
+	}()
 
 	var o kube.Options
 	switch {
@@ -79,30 +108,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := fuseboxd.New(fuseboxd.Options{
+	srv, err := fuseboxd.New(lim.apply(fuseboxd.Options{
 		Registry:  agent.Registry(),
 		Published: agent.Published,
 		Ready:     agent.Loaded,
 		Logger:    log,
-	})
+	}))
 	if err != nil {
 		return err
 	}
 
-	var lns []net.Listener
-	ln, err := fuseboxd.ListenUnix(*socket)
-	if err != nil {
-		return err
-	}
-	lns = append(lns, ln)
-	if *listen != "" {
-		tl, err := fuseboxd.ListenLoopback(*listen)
-		if err != nil {
-			_ = ln.Close()
-			return err
-		}
-		lns = append(lns, tl)
-	}
 	errc := make(chan error, len(lns))
 	for _, l := range lns {
 		log.Info("Serving the breaker API", "address", l.Addr().String())
@@ -124,7 +139,6 @@ func run() error {
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("Requests still in progress at shutdown", "error", err)
 	}
-	_ = os.Remove(*socket)
 	// Leave the report consistent: wait (within the grace period) for the transitions the
 	// last settles caused to be written.
 	for !agent.ReportWritten() && ctx.Err() == nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -9,45 +8,27 @@ import (
 
 // needPHP returns the php and phpunit binaries, or skips the test saying why (and fails
 // it when CI is set: there the packages are installed by .ci/run).
-func needPHP(t *testing.T, tools ...string) map[string]string {
+func needPHP(t *testing.T) (php, phpunit string) {
 	t.Helper()
-	paths := make(map[string]string, len(tools))
-	for _, tool := range tools {
-		p, err := exec.LookPath(tool)
-		if err != nil {
-			msg := tool + " not found: apt-get install php-cli php-curl phpunit"
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-		paths[tool] = p
+	const install = "apt-get install php-cli php-curl phpunit php-guzzlehttp-guzzle php-psr-log"
+	var err error
+	if php, err = exec.LookPath("php"); err != nil {
+		skipWithout(t, "php not found: "+install)
 	}
-	if out, err := exec.Command(paths["php"], "-r", "exit(function_exists('curl_init') ? 0 : 1);").CombinedOutput(); err != nil {
-		msg := "php has no curl extension (apt-get install php-curl): " + string(out)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+	if phpunit, err = exec.LookPath("phpunit"); err != nil {
+		skipWithout(t, "phpunit not found: "+install)
 	}
-	return paths
+	// Guzzle and PSR-3 as Debian installs them, on PHP's include_path.
+	probe := `exit(function_exists('curl_init') && stream_resolve_include_path('GuzzleHttp/autoload.php') && stream_resolve_include_path('Psr/Log/autoload.php') ? 0 : 1);`
+	if out, err := exec.Command(php, "-r", probe).CombinedOutput(); err != nil {
+		skipWithout(t, "php lacks curl, Guzzle or PSR-3 ("+install+"): "+string(out))
+	}
+	return php, phpunit
 }
 
 // TestPHPClient runs the PHP client's PHPUnit suite (clients/php) against the built
-// fuseboxd, whose config directory the suite writes as the operator would publish.
+// fuseboxd, which the suite starts itself (FUSEBOXD), as often as it needs.
 func TestPHPClient(t *testing.T) {
-	bins := needPHP(t, "php", "phpunit")
-	d := startBinary(t, nil)
-	root, err := filepath.Abs("../../clients/php")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bins["phpunit"], "-c", filepath.Join(root, "phpunit.xml"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "FUSEBOX_SOCKET="+d.sock, "FUSEBOX_CONFIG_DIR="+d.dir)
-	out, err := cmd.CombinedOutput()
-	t.Logf("phpunit:\n%s", out)
-	if err != nil {
-		t.Fatalf("phpunit: %v", err)
-	}
+	_, phpunit := needPHP(t)
+	runSuite(t, "php", phpunit, "-c", filepath.Join("phpunit.xml"))
 }

@@ -5,7 +5,7 @@
 // one worker's failures open is open for all of them at once.
 //
 //   php worker.php --breaker payments-api --upstream http://127.0.0.1:8080/ \
-//       [--socket /var/run/fusebox/fusebox.sock] [--interval-ms 20] [--stop-file FILE]
+//       [--socket /var/run/fusebox/fusebox.sock] [--timeout-ms 250] [--interval-ms 20] [--stop-file FILE]
 //
 // Prints one line per call: the worker, the call, the state the answer came from, and
 // what the caller got.
@@ -17,17 +17,9 @@ use Fusebox\Client;
 
 // Composer's autoloader when installed; else the client from this repository.
 $vendor = __DIR__ . '/vendor/autoload.php';
-if (is_file($vendor)) {
-    require $vendor;
-} else {
-    spl_autoload_register(static function (string $class): void {
-        if (str_starts_with($class, 'Fusebox\\')) {
-            require __DIR__ . '/../../clients/php/src/' . str_replace('\\', '/', substr($class, 8)) . '.php';
-        }
-    });
-}
+require is_file($vendor) ? $vendor : __DIR__ . '/../../clients/php/autoload.php';
 
-$opts = getopt('', ['breaker:', 'upstream:', 'socket:', 'interval-ms:', 'stop-file:', 'max-calls:']);
+$opts = getopt('', ['breaker:', 'upstream:', 'socket:', 'timeout-ms:', 'interval-ms:', 'stop-file:', 'max-calls:']);
 $name = $opts['breaker'] ?? 'payments-api';
 $upstream = $opts['upstream'] ?? 'http://127.0.0.1:8080/';
 $intervalUs = (int) ($opts['interval-ms'] ?? 20) * 1000;
@@ -35,7 +27,8 @@ $stopFile = $opts['stop-file'] ?? null;
 $maxCalls = (int) ($opts['max-calls'] ?? 1000);
 $worker = getmypid();
 
-$breaker = (new Client($opts['socket'] ?? Client::DEFAULT_SOCKET))->breaker($name);
+$client = new Client($opts['socket'] ?? Client::DEFAULT_SOCKET, timeoutMs: (int) ($opts['timeout-ms'] ?? 250));
+$breaker = $client->breaker($name);
 $http = curl_init();
 
 for ($i = 1; $i <= $maxCalls; $i++) {

@@ -11,44 +11,63 @@ namespace Fusebox;
  *
  *     $payments = (new Fusebox\Client())->breaker('payments-api');
  *     $result = $payments->call(
- *         open: fn () => $cache->get('quote') ?? 'unavailable',
+ *         open: fn (\Throwable $cause) => $cache->get('quote') ?? 'unavailable',
  *         close: fn () => $api->quote(),
  *         halfOpen: fn () => $api->quote(timeout: 1),
  *     );
  */
 final class Breaker
 {
+    /** @var \Closure(\Throwable): bool */
+    private readonly \Closure $isFailure;
+
+    /**
+     * @param \Closure(\Throwable): bool|null $isFailure which throwables of a call count
+     *        as failures (default: all); one it does not count is a success, and call()
+     *        rethrows it without running open
+     */
     public function __construct(
         public readonly string $name,
         private readonly Client $client = new Client(),
         private readonly Unreachable $whenUnreachable = Unreachable::FailOpen,
+        ?\Closure $isFailure = null,
     ) {
+        $this->isFailure = $isFailure ?? static fn (\Throwable $e): bool => true;
     }
 
     /**
-     * Runs $close while the circuit is closed (or $halfOpen, when given, while it
-     * probes), and $open instead when the call is short-circuited or when the callback
-     * throws. $open receives the cause: a CircuitOpen, or what the callback threw.
-     * A callback that returns counts as a success, one that throws as a failure.
+     * The seed's call(open, close, halfOpen): runs $close while the circuit is closed (or
+     * $halfOpen, when given, while it probes), and $open instead when the call is
+     * short-circuited or when the callback fails. $open receives the cause: a
+     * CircuitOpen, or what the callback threw; without $open, that is thrown. A callback
+     * that returns counts as a success. Nothing the sidecar answers makes call() throw
+     * once the callback has run.
      *
      * @template T
-     * @param callable(\Throwable): T $open
-     * @param callable(): T           $close
-     * @param (callable(): T)|null    $halfOpen
+     * @param (callable(\Throwable): T)|null $open
+     * @param callable(): T                  $close
+     * @param (callable(): T)|null           $halfOpen
      * @return T
      */
-    public function call(callable $open, callable $close, ?callable $halfOpen = null): mixed
+    public function call(?callable $open, callable $close, ?callable $halfOpen = null): mixed
     {
         $permit = $this->acquire();
         if ($permit instanceof CircuitOpen) {
+            if ($open === null) {
+                throw $permit;
+            }
             return $open($permit);
         }
         $run = $permit->isProbe() && $halfOpen !== null ? $halfOpen : $close;
         try {
             $result = $run();
         } catch (\Throwable $e) {
-            $this->release($permit, Outcome::Failure);
-            return $open($e);
+            $failed = ($this->isFailure)($e);
+            $this->release($permit, $failed ? Outcome::Failure : Outcome::Success);
+            if ($failed && $open !== null) {
+                return $open($e);
+            }
+            throw $e;
         }
         $this->release($permit, Outcome::Success);
         return $result;
@@ -57,53 +76,57 @@ final class Breaker
     /**
      * The first step of a call made in two: a Permit to make the call, or the
      * CircuitOpen that refuses it. Release the permit with the call's outcome.
+     *
+     * @throws SidecarError only when the sidecar judged the request wrong (a name that
+     *                      cannot be a CircuitBreaker's): before any call ran
      */
     public function acquire(?int $leaseMs = null): Permit|CircuitOpen
     {
-        try {
-            return $this->client->acquire($this->name, $leaseMs);
-        } catch (SidecarError $e) {
-            if (!$e->isUnavailable()) {
-                throw $e;
+        if (!$this->client->backingOff()) {
+            try {
+                return $this->client->acquire($this->name, $leaseMs);
+            } catch (SidecarError $e) {
+                if (!$e->isUnavailable()) {
+                    throw $e;
+                }
             }
-            return match ($this->whenUnreachable) {
-                Unreachable::FailOpen => new Permit($this->name, null, State::Closed, 0, hrtime(true)),
-                Unreachable::FailClosed => new CircuitOpen($this->name, State::Open, 'unreachable', 1000),
-            };
         }
+        if ($this->whenUnreachable === Unreachable::FailClosed) {
+            return new CircuitOpen($this->name, State::Open, 'unreachable', $this->client->backoffMs());
+        }
+        $this->client->failedOpen();
+        return new Permit($this->name, null, State::Closed, 0, hrtime(true));
     }
 
     /**
      * The second step: reports how the call went. Returns false when the outcome counted
      * for nothing (the permit had been released already, or its lease had run out, or the
-     * sidecar could not be reached).
+     * sidecar could not take it). It never throws.
      */
     public function release(Permit $permit, Outcome|bool $outcome): bool
     {
         if (is_bool($outcome)) {
             $outcome = $outcome ? Outcome::Success : Outcome::Failure;
         }
-        try {
-            return $this->client->release($permit, $outcome);
-        } catch (SidecarError $e) {
-            if (!$e->isUnavailable()) {
-                throw $e;
-            }
-            return false;
-        }
+        return $this->client->release($permit, $outcome);
     }
 
-    /** The state the sidecar holds now; with the sidecar unreachable, as the fallback says. */
+    /**
+     * The state the sidecar holds now; while it cannot decide, the state calls are
+     * treated as (Closed when failing open): Client::unreachable() says which.
+     */
     public function state(): State
     {
-        try {
-            return State::from((string) $this->client->describe($this->name)['state']);
-        } catch (SidecarError $e) {
-            if (!$e->isUnavailable()) {
-                throw $e;
+        if (!$this->client->backingOff()) {
+            try {
+                return State::from((string) $this->client->describe($this->name)['state']);
+            } catch (SidecarError $e) {
+                if (!$e->isUnavailable()) {
+                    throw $e;
+                }
             }
-            return $this->whenUnreachable === Unreachable::FailOpen ? State::Closed : State::Open;
         }
+        return $this->whenUnreachable === Unreachable::FailOpen ? State::Closed : State::Open;
     }
 
     public function isOpen(): bool
@@ -121,7 +144,7 @@ final class Breaker
         return $this->state() === State::HalfOpen;
     }
 
-    /** Opens the circuit now, for everyone (the seed's trip()). */
+    /** Opens the circuit now, for everyone (the seed's trip()). @throws SidecarError */
     public function trip(): void
     {
         $this->client->trip($this->name);

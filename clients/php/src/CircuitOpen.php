@@ -5,19 +5,22 @@ declare(strict_types=1);
 namespace Fusebox;
 
 /**
- * A call the breaker short-circuited: the circuit is open, or half-open with every probe
- * slot taken. It is the cause given to call()'s open callback in that case.
+ * A call the breaker short-circuited: the circuit is open, half-open with every probe
+ * slot taken, held open, out of permits, or (with Unreachable::FailClosed) the sidecar
+ * could not decide. It is the cause given to call()'s open callback in that case.
  */
 final class CircuitOpen extends \RuntimeException
 {
     public function __construct(
         public readonly string $breaker,
         public readonly State $state,
-        /** Why: "open", "half_open_saturated", "forced_open", or "unreachable". */
+        /** fuseboxd's reason ("open", "half_open_saturated", "forced_open", one for a
+         *  client holding too many permits, ...), "unknown" when it gave none, or
+         *  "unreachable". */
         public readonly string $reason,
         /** How long until asking again is worthwhile, in milliseconds. */
         public readonly int $retryAfterMs,
     ) {
-        parent::__construct(sprintf('fusebox: circuit %s is %s (%s)', $breaker, $state->value, $reason));
+        parent::__construct(sprintf('fusebox: %s: short-circuited, circuit %s (%s); ask again in %d ms', $breaker, $state->value, $reason, $retryAfterMs));
     }
 }

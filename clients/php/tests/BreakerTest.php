@@ -11,53 +11,35 @@ use Fusebox\Outcome;
 use Fusebox\Permit;
 use Fusebox\SidecarError;
 use Fusebox\State;
-use Fusebox\Unreachable;
 use PHPUnit\Framework\TestCase;
 
 /**
- * Against a real fuseboxd, whose socket and config directory the environment names.
+ * The breaker's states through a real fuseboxd.
  */
 final class BreakerTest extends TestCase
 {
-    private static string $socket;
-    private static string $configDir;
+    private static Daemon $daemon;
 
     public static function setUpBeforeClass(): void
     {
-        $socket = getenv('FUSEBOX_SOCKET');
-        $dir = getenv('FUSEBOX_CONFIG_DIR');
-        if ($socket === false || $dir === false) {
-            self::fail('FUSEBOX_SOCKET and FUSEBOX_CONFIG_DIR are not set: run these tests through `go test ./cmd/fuseboxd -run TestPHPClient`, which starts fuseboxd');
-        }
-        self::$socket = $socket;
-        self::$configDir = $dir;
+        self::$daemon = new Daemon();
     }
 
-    /** Publishes a breaker as the operator would, and waits until fuseboxd has loaded it. */
-    private function publish(string $name, array $fields = []): Breaker
+    public static function tearDownAfterClass(): void
     {
-        $doc = array_merge([
-            'name' => $name, 'generation' => 1, 'openTimeout' => '1s', 'window' => '10s',
-            'failureRatio' => 0.5, 'minimumThroughput' => 4, 'successThreshold' => 1,
-            'halfOpenPermittedCalls' => 1, 'mode' => 'Enforce', 'scope' => 'Pod',
-        ], $fields);
-        $tmp = self::$configDir . '/.tmp-' . $name;
-        file_put_contents($tmp, json_encode($doc, JSON_THROW_ON_ERROR));
-        rename($tmp, self::$configDir . '/' . $name . '.json');
-        $client = new Client(self::$socket);
-        $deadline = microtime(true) + 10;
-        while ($client->describe($name)['generation'] !== $doc['generation']) {
-            if (microtime(true) > $deadline) {
-                self::fail("fuseboxd did not load $name within 10s");
-            }
-            usleep(20_000);
-        }
-        return $client->breaker($name);
+        self::$daemon->stop();
     }
 
-    public function testCallOpensAfterTheFailureRateAndShortCircuits(): void
+    private function publish(string $name, array $fields = [], int $maxRetryAfterMs = 1000): Breaker
     {
-        $breaker = $this->publish('php-opens', ['openTimeout' => '30s']);
+        self::$daemon->publish($name, $fields);
+        return self::$daemon->patientClient($maxRetryAfterMs)->breaker($name);
+    }
+
+    public function testClosedOpenHalfOpenClosed(): void
+    {
+        $breaker = $this->publish('php-cycle');
+        self::assertSame(State::Closed, $breaker->state());
         $causes = [];
         for ($i = 0; $i < 4; $i++) {
             $result = $breaker->call(
@@ -85,31 +67,67 @@ final class BreakerTest extends TestCase
         self::assertInstanceOf(CircuitOpen::class, $result);
         self::assertSame('open', $result->reason);
         self::assertGreaterThan(0, $result->retryAfterMs);
-        self::assertLessThanOrEqual(30000, $result->retryAfterMs);
-    }
+        self::assertLessThanOrEqual(1000, $result->retryAfterMs);
+        self::assertStringContainsString('short-circuited', $result->getMessage());
 
-    public function testHalfOpenCallbackProbesAndCloses(): void
-    {
-        $breaker = $this->publish('php-probes');
-        $breaker->trip();
-        self::assertTrue($breaker->isOpen());
-        usleep(1_100_000); // the open timeout
-        $used = null;
-        $result = $breaker->call(
-            open: fn () => 'fallback',
-            close: function () use (&$used) {
-                $used = 'close';
-                return 'ok';
-            },
-            halfOpen: function () use (&$used) {
-                $used = 'halfOpen';
-                return 'probed';
-            },
-        );
-        self::assertSame('probed', $result);
-        self::assertSame('halfOpen', $used);
+        // After the open timeout (1s) a call probes, with the halfOpen callback.
+        $used = [];
+        Daemon::eventually('a probe after the open timeout', function () use ($breaker, &$used) {
+            return $breaker->call(
+                open: fn () => 'fallback',
+                close: function () use (&$used) {
+                    $used[] = 'close';
+                    return 'ok';
+                },
+                halfOpen: function () use (&$used) {
+                    $used[] = 'halfOpen';
+                    return 'probed';
+                },
+            ) === 'probed';
+        });
+        self::assertSame(['halfOpen'], $used);
         self::assertTrue($breaker->isClosed());
         self::assertSame('ok', $breaker->call(open: fn () => 'fallback', close: fn () => 'ok', halfOpen: fn () => 'probed'));
+    }
+
+    public function testWithoutOpenTheCausesAreThrown(): void
+    {
+        $breaker = $this->publish('php-throw', ['minimumThroughput' => 2, 'openTimeout' => '30s']);
+        for ($i = 0; $i < 2; $i++) {
+            try {
+                $breaker->call(null, fn () => throw new \DomainException('down'));
+                self::fail('no exception');
+            } catch (\DomainException $e) {
+                self::assertSame('down', $e->getMessage());
+            }
+        }
+        $this->expectException(CircuitOpen::class);
+        $breaker->call(null, fn () => 'never');
+    }
+
+    public function testRetryAfterIsHonouredWithoutAsking(): void
+    {
+        $breaker = $this->publish('php-retry-after', ['openTimeout' => '30s'], maxRetryAfterMs: 60_000);
+        $breaker->trip();
+        $first = $breaker->call(open: fn ($cause) => $cause, close: fn () => 'never');
+        self::assertInstanceOf(CircuitOpen::class, $first);
+        self::assertGreaterThan(25_000, $first->retryAfterMs);
+        $client = self::$daemon->patientClient();
+        $asked = $client->stats()['requests'];
+        for ($i = 0; $i < 50; $i++) {
+            $again = $breaker->call(open: fn ($cause) => $cause, close: fn () => 'never');
+            self::assertInstanceOf(CircuitOpen::class, $again);
+            self::assertLessThanOrEqual($first->retryAfterMs, $again->retryAfterMs);
+        }
+        self::assertSame($asked, $client->stats()['requests'], 'a refusal within its Retry-After asked the sidecar again');
+
+        // With no Retry-After honoured, every call asks.
+        $eager = new Client(self::$daemon->socket, baseUrl: 'http://fuseboxd', timeoutMs: 10_000, connectTimeoutMs: 10_000, maxRetryAfterMs: 0);
+        $before = $eager->stats()['requests'];
+        for ($i = 0; $i < 3; $i++) {
+            $eager->breaker('php-retry-after')->call(open: fn ($cause) => $cause, close: fn () => 'never');
+        }
+        self::assertSame($before + 3, $eager->stats()['requests']);
     }
 
     public function testTwoStepAcquireAndRelease(): void
@@ -124,7 +142,7 @@ final class BreakerTest extends TestCase
 
         $ignored = $breaker->acquire();
         self::assertTrue($breaker->release($ignored, Outcome::Ignored));
-        $counts = (new Client(self::$socket))->describe('php-two-step')['counts'];
+        $counts = self::$daemon->patientClient()->describe('php-two-step')['counts'];
         self::assertSame(['calls' => 1, 'failures' => 1, 'successes' => 0, 'slow' => 0], $counts);
 
         $second = $breaker->acquire();
@@ -135,35 +153,39 @@ final class BreakerTest extends TestCase
     public function testEveryClientSeesTheSameBreaker(): void
     {
         $a = $this->publish('php-shared', ['minimumThroughput' => 2, 'openTimeout' => '30s']);
-        $b = (new Client(self::$socket))->breaker('php-shared');
+        $b = new Breaker('php-shared', self::$daemon->patientClient());
         $a->call(open: fn () => null, close: fn () => throw new \RuntimeException('down'));
         $b->call(open: fn () => null, close: fn () => throw new \RuntimeException('down'));
         self::assertTrue($a->isOpen());
         self::assertTrue($b->isOpen());
     }
 
-    public function testUnreachableSidecarFailsOpenByDefault(): void
+    public function testAThrowableThatIsNoFailureIsRethrownAndCountsAsNone(): void
     {
-        $client = new Client('/nonexistent/fusebox.sock', timeoutMs: 100);
-        $breaker = $client->breaker('payments-api');
-        self::assertSame('called', $breaker->call(open: fn () => 'fallback', close: fn () => 'called'));
-        self::assertSame(State::Closed, $breaker->state());
-
-        $strict = $client->breaker('payments-api', Unreachable::FailClosed);
-        $cause = $strict->call(open: fn (\Throwable $c) => $c, close: fn () => 'called');
-        self::assertInstanceOf(CircuitOpen::class, $cause);
-        self::assertSame('unreachable', $cause->reason);
-        self::assertSame(State::Open, $strict->state());
+        self::$daemon->publish('php-classify', ['minimumThroughput' => 2, 'openTimeout' => '30s']);
+        $breaker = self::$daemon->patientClient()->breaker('php-classify', isFailure: fn (\Throwable $e) => !$e instanceof \OutOfBoundsException);
+        try {
+            $breaker->call(open: fn () => 'fallback', close: fn () => throw new \OutOfBoundsException('a 404'));
+            self::fail('no exception');
+        } catch (\OutOfBoundsException) {
+        }
+        $counts = self::$daemon->patientClient()->describe('php-classify')['counts'];
+        self::assertSame([1, 0], [$counts['calls'], $counts['failures']]);
     }
 
     public function testANameThatCannotBeACircuitBreakerIsThrown(): void
     {
-        $breaker = (new Client(self::$socket))->breaker('Not_A_Name');
+        $breaker = self::$daemon->patientClient()->breaker('Not_A_Name');
+        $ran = false;
         try {
-            $breaker->call(open: fn () => 'fallback', close: fn () => 'called');
+            $breaker->call(open: fn () => 'fallback', close: function () use (&$ran) {
+                $ran = true;
+            });
             self::fail('no exception');
         } catch (SidecarError $e) {
             self::assertSame(400, $e->status);
+            self::assertFalse($e->isUnavailable());
         }
+        self::assertFalse($ran);
     }
 }

@@ -36,6 +36,11 @@ const NodeAgentTokenPath = "/var/run/fusebox/node-agent/token"
 // fusebox-node.
 const NodeAgentPort = 8476
 
+// EnvNodeName is the agent's own environment: the node it runs on, from the downward API
+// (fieldRef spec.nodeName), as the DaemonSet sets it. The agent accepts only pods bound
+// to this node and writes only this node's reports.
+const EnvNodeName = "NODE_NAME"
+
 // The agent's paths. Every request carries the pod's token as "Authorization: Bearer
 // <token>"; the agent knows the pod, its namespace and its node from it. A request
 // without a valid token gets 401, one whose pod is not bound to the agent's node 403,
@@ -50,7 +55,40 @@ const (
 	// that fails the BreakerReport schema gets 400 naming the field, and changes
 	// nothing.
 	AgentReportPath = "/v1/report"
+	// AgentReadyPath answers 200 once the agent knows its node, has its node's pods and
+	// has read back the reports it wrote before a restart, and 503 until then; it needs
+	// no token (the DaemonSet's readiness probe). AgentHealthPath answers 200 while the
+	// agent serves.
+	AgentReadyPath  = "/readyz"
+	AgentHealthPath = "/healthz"
 )
+
+// The rest of the wire the two ends must spell alike, added as they were built: the
+// query parameter that turns a config GET into a stream, the stream's media type, the
+// bounds of a report and the body of every refusal.
+const (
+	// AgentWatchParam, set to "true" on GET AgentConfigPath, asks for the stream.
+	AgentWatchParam = "watch"
+	// AgentStreamType is the Content-Type of the stream: one ConfigSnapshot per line.
+	AgentStreamType = "application/x-ndjson"
+	// MaxAgentEntries is the most entries an AgentReport may hold: the bound the
+	// NodeBreakerReport schema puts on one pod's line (api/v1alpha1.MaxNodePodBreakers),
+	// lower than a BreakerReport's MaxReportEntries.
+	MaxAgentEntries = 100
+	// MaxAgentReportSize bounds the body of PUT AgentReportPath, in bytes: MaxAgentEntries
+	// entries each at their largest (a 1,024-character configError, five 253-character key
+	// names, every count at its bound) fit with room to spare. A larger body gets 413.
+	MaxAgentReportSize = 1 << 20
+)
+
+// AgentError is the body of every answer the agent does not accept: 400 (the report
+// fails the schema's bounds; Error names the field), 401 (no valid token), 403 (the
+// token's pod is not bound to the agent's node), 409 (the node's report has no room for
+// the pod), 413 (the body is over MaxAgentReportSize), 503 (the agent is not ready yet,
+// or cannot reach the API server to check a token). Nothing is recorded.
+type AgentError struct {
+	Error string `json:"error"`
+}
 
 // ConfigSnapshot is one line of the config stream: the whole of the namespace's
 // fusebox-breakers ConfigMap as it stands.

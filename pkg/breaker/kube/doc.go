@@ -5,8 +5,9 @@
 // [Start] returns a [breaker.Registry] whose breakers start on the default policy and take
 // their published policy as soon as it can be read, keeping their state across every
 // update: an open circuit stays open, the window keeps its tallies. The ConfigMap is read
-// either through the API (a watch on that one object) or, for pods that may not read it,
-// from a directory where it is mounted as a volume. A published entry that does not parse
+// through the API (a watch on that one object), from a directory where it is mounted as a
+// volume, or from the node's agent (fuseboxd --node), which streams it to every pod of its
+// node over one watch per namespace. A published entry that does not parse
 // or validate is refused for that breaker alone, which keeps its last good policy and
 // reports the refusal.
 //
@@ -38,4 +39,13 @@
 // access to Pods, so the UID its report is owned by comes from POD_UID). The API server
 // lets a pod write no report but its own (a ValidatingAdmissionPolicy shipped in
 // config/policy).
+//
+// With a node agent (Options.NodeAgent, FUSEBOX_NODE_AGENT) the pod needs none of that:
+// it streams its config from the agent and sends its report there (the whole of it, by
+// the same rules of what and when), presenting its projected service-account token for
+// the agent, which the kubelet rotates and the pod reads again for every request. The
+// agent writes one NodeBreakerReport per node per namespace. While the agent cannot be
+// reached the breakers keep deciding alone and the pod retries with jittered backoff; it
+// never writes a BreakerReport of its own instead. When the agent that answers is a new
+// one (it restarted), the pod sends it the whole report again.
 package kube

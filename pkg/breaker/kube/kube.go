@@ -24,12 +24,22 @@ import (
 
 // Options configure [Start].
 type Options struct {
-	// Config reaches the API server. With ConfigDir empty it is required: the config is
-	// read from the ConfigMap through the API. With ConfigDir set it is optional and used
-	// only to report; nil turns reporting off.
+	// NodeAgent, when set, is the base URL of the node's agent (FUSEBOX_NODE_AGENT,
+	// "http://HOST:PORT", docs/design.md §9): the config is streamed from it and the
+	// report sent to it, and Config, ConfigDir, Pod and PodUID are not used. The pod then
+	// needs no API access at all, only its projected token for the agent.
+	NodeAgent string
+	// NodeAgentToken is the file of the pod's projected service-account token for the
+	// agent (audience fusebox.dev/node-agent), read again for every request as the
+	// kubelet rotates it; empty means breakerconfig.NodeAgentTokenPath.
+	NodeAgentToken string
+	// Config reaches the API server. With ConfigDir and NodeAgent empty it is required:
+	// the config is read from the ConfigMap through the API. With ConfigDir set it is
+	// optional and used only to report; nil turns reporting off.
 	Config *rest.Config
 	// Namespace is the pod's namespace: where the ConfigMap and its BreakerReport are.
-	// Required with Config.
+	// Required with Config (and not used with NodeAgent: the agent knows the pod from its
+	// token).
 	Namespace string
 	// Pod is the pod's name: the name of its BreakerReport. Required with Config.
 	Pod string
@@ -84,20 +94,22 @@ type Stats struct {
 	ConfigApplies int64
 	// Adoptions is how many fleet verdicts this pod adopted.
 	Adoptions int64
-	// Writes is how many times the API server accepted this pod's BreakerReport.
+	// Writes is how many times the API server accepted this pod's BreakerReport (or,
+	// with a node agent, the agent accepted its report).
 	Writes int64
 	// WriteFailures is how many writes of the report failed; every one is retried.
 	WriteFailures int64
-	// Rejected is how many of those failures were the API server refusing the report (its
-	// schema, the admission policy, RBAC, no BreakerReport resource) rather than being
-	// unreachable. A refused report is retried with backoff, never dropped.
+	// Rejected is how many of those failures were the receiver refusing the report (the
+	// API server's schema, the admission policy, RBAC, no BreakerReport resource; the
+	// agent's 4xx) rather than being unreachable. A refused report is retried with
+	// backoff, never dropped.
 	Rejected int64
 	// LastWriteError is why the latest write failed, or "" once a write succeeds.
 	LastWriteError string
 }
 
-// ReportWritten reports whether the API server holds this pod's latest report: no change
-// is waiting to be written. It is true when reporting is off. A program that is about to
+// ReportWritten reports whether the receiver (the API server, or the node agent) holds
+// this pod's latest report: no change is waiting to be written. It is true when reporting is off. A program that is about to
 // exit can wait for it so that its last verdicts are not lost.
 func (a *Agent) ReportWritten() bool {
 	if a.rep == nil {
@@ -149,9 +161,11 @@ func Start(ctx context.Context, o Options) (*breaker.Registry, error) {
 }
 
 // StartAgent creates a registry whose breakers start on the default policy, starts the
-// config source (the ConfigMap through the API, or the mounted directory) and, with a
-// Config, the reporter, and returns at once, even if the API server cannot be reached: the
-// breakers run on their defaults until the config arrives. Everything stops when ctx is
+// config source (the node agent's stream, the ConfigMap through the API, or the mounted
+// directory) and, with a NodeAgent or a Config, the reporter, and returns at once, even if
+// neither can be reached: the breakers run on their defaults until the config arrives,
+// and keep deciding alone (the fleet's verdicts are not shared meanwhile) while it cannot
+// be read. With a NodeAgent nothing ever falls back to the API server. Everything stops when ctx is
 // cancelled; [Agent.Done] is closed when it has.
 //
 // Only breakers that the ConfigMap names and that the application has created (with
@@ -168,18 +182,15 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 	}
 	log = log.With("component", "fusebox")
 	switch {
+	case o.NodeAgent != "":
+		return startWithNodeAgent(ctx, o, log)
 	case o.Config == nil && o.ConfigDir == "":
-		return nil, errors.New("kube: Options.Config and Options.ConfigDir are both empty: there is nowhere to read the breaker config from")
+		return nil, errors.New("kube: Options.NodeAgent, Options.Config and Options.ConfigDir are all empty: there is nowhere to read the breaker config from")
 	case o.Config != nil && o.Namespace == "":
 		return nil, errors.New("kube: Options.Namespace is empty (set it from the downward API: POD_NAMESPACE)")
 	case o.Config != nil && o.Pod == "":
 		return nil, errors.New("kube: Options.Pod is empty (set it from the downward API: POD_NAME)")
 	}
-	def := o.DefaultPolicy
-	if def == (breaker.Policy{}) {
-		def = breaker.DefaultPolicy()
-	}
-
 	var (
 		hc  *http.Client
 		cs  kubernetes.Interface
@@ -193,20 +204,13 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 		if hc, cs, dc, err = clientsFor(o.Config, o.Pod); err != nil {
 			return nil, err
 		}
-		rep = newReporter(dc, cs, o.Namespace, o.Pod, types.UID(o.PodUID), log)
+		rep = newReporter(newAPISink(dc, cs, o.Namespace, o.Pod, types.UID(o.PodUID)), log)
 	}
-
-	opts := slices.Clone(o.BreakerOptions)
-	if rep != nil {
-		opts = append(opts, breaker.WithObserver(rep))
-	}
-	reg, err := breaker.NewRegistry(def, opts...)
+	a, err := newAgent(o, rep, log)
 	if err != nil {
-		return nil, fmt.Errorf("kube: default policy: %w", err)
+		return nil, err
 	}
-	ap := &applier{reg: reg, rep: rep, log: log, created: make(chan struct{}, 1)}
-	reg.OnCreate(ap.announced)
-	a := &Agent{reg: reg, applier: ap, rep: rep, done: make(chan struct{})}
+	ap := a.applier
 
 	var wg sync.WaitGroup
 	if o.ConfigDir != "" {
@@ -244,6 +248,57 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 	return a, nil
 }
 
+// newAgent creates the registry, observed by rep when reporting is on, and the applier
+// that configures it.
+func newAgent(o Options, rep *reporter, log *slog.Logger) (*Agent, error) {
+	def := o.DefaultPolicy
+	if def == (breaker.Policy{}) {
+		def = breaker.DefaultPolicy()
+	}
+	opts := slices.Clone(o.BreakerOptions)
+	if rep != nil {
+		opts = append(opts, breaker.WithObserver(rep))
+	}
+	reg, err := breaker.NewRegistry(def, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kube: default policy: %w", err)
+	}
+	ap := &applier{reg: reg, rep: rep, log: log, created: make(chan struct{}, 1)}
+	reg.OnCreate(ap.announced)
+	return &Agent{reg: reg, applier: ap, rep: rep, done: make(chan struct{})}, nil
+}
+
+// startWithNodeAgent runs the pod through its node's agent: the config from the agent's
+// stream, the report to the agent, and nothing from the API server. When the agent turns
+// out to be a new one (it restarted), the whole report goes to it again.
+func startWithNodeAgent(ctx context.Context, o Options, log *slog.Logger) (*Agent, error) {
+	client, err := newAgentClient(o.NodeAgent, o.NodeAgentToken)
+	if err != nil {
+		return nil, err
+	}
+	rep := newReporter(&agentSink{c: client}, log)
+	client.restarted = rep.resendAll
+	a, err := newAgent(o, rep, log)
+	if err != nil {
+		return nil, err
+	}
+	if o.ConfigDir != "" {
+		log.Info("Not reading the mounted config directory: the node agent streams the config", "dir", o.ConfigDir)
+	}
+	src := &agentSource{client: client, apply: a.applier.apply, log: log}
+	var wg sync.WaitGroup
+	wg.Go(func() { src.run(ctx) })
+	wg.Go(func() { rep.run(ctx) })
+	wg.Go(func() { a.applier.followCreations(ctx) })
+	log.Info("Reading breaker config from and reporting breaker states to the node agent", "agent", client.base.Host, "tokenFile", client.tokenFile)
+	go func() {
+		wg.Wait()
+		client.close()
+		close(a.done)
+	}()
+	return a, nil
+}
+
 // clientsFor returns the clients of one agent, over one HTTP client that the agent closes
 // the idle connections of when it stops.
 func clientsFor(c *rest.Config, pod string) (*http.Client, kubernetes.Interface, dynamic.Interface, error) {
@@ -268,10 +323,12 @@ func clientsFor(c *rest.Config, pod string) (*http.Client, kubernetes.Interface,
 
 // Environment variables that FromEnvironment reads.
 const (
-	EnvPodName   = breakerconfig.EnvPodName
-	EnvPodUID    = breakerconfig.EnvPodUID
-	EnvNamespace = breakerconfig.EnvNamespace
-	EnvConfigDir = breakerconfig.EnvConfigDir
+	EnvPodName        = breakerconfig.EnvPodName
+	EnvPodUID         = breakerconfig.EnvPodUID
+	EnvNamespace      = breakerconfig.EnvNamespace
+	EnvConfigDir      = breakerconfig.EnvConfigDir
+	EnvNodeAgent      = breakerconfig.EnvNodeAgent
+	EnvNodeAgentToken = breakerconfig.EnvNodeAgentToken
 )
 
 // FromEnvironment starts the agent of a pod as [OptionsFromEnvironment] configures it and
@@ -293,12 +350,25 @@ func FromEnvironment(ctx context.Context) (*breaker.Registry, error) {
 // ConfigMap mounted as a volume), and states are reported only if the pod also has an
 // in-cluster config and all three variables; otherwise reporting is off, and Start logs
 // why.
+//
+// With FUSEBOX_NODE_AGENT set (the injection webhook sets it for a pod wired to its node's
+// agent), the config comes from the agent and the report goes to it, with the token in
+// FUSEBOX_NODE_AGENT_TOKEN (default breakerconfig.NodeAgentTokenPath); the pod then needs
+// neither the downward-API variables nor an in-cluster config, and nothing is read from
+// the API server.
 func OptionsFromEnvironment() (Options, error) {
 	o := Options{
 		Pod:       os.Getenv(EnvPodName),
 		PodUID:    os.Getenv(EnvPodUID),
 		Namespace: os.Getenv(EnvNamespace),
 		ConfigDir: os.Getenv(EnvConfigDir),
+	}
+	if agent := os.Getenv(EnvNodeAgent); agent != "" {
+		o.NodeAgent, o.NodeAgentToken = agent, os.Getenv(EnvNodeAgentToken)
+		if _, err := newAgentClient(o.NodeAgent, o.NodeAgentToken); err != nil {
+			return Options{}, fmt.Errorf("%w (from %s)", err, EnvNodeAgent)
+		}
+		return o, nil
 	}
 	var missing []string
 	if o.Pod == "" {

@@ -7,10 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
@@ -22,22 +18,23 @@ import (
 //
 // Its parts: entries.go turns transitions and configs into the entries to report,
 // groups.go summarises breaker Groups into one entry each, writer.go is the writer
-// goroutine, and wire.go spells the report as the API server stores it.
+// goroutine, and wire.go spells the entries. Where the report goes is the sink's: the
+// pod's own BreakerReport through the API server (sink_api.go), or the node's agent
+// (sink_agent.go); what to send and when is the same for both.
 type reporter struct {
-	reports   dynamic.NamespaceableResourceInterface
-	pods      kubernetes.Interface // reads the Pod's UID when podUID is not given
-	namespace string
-	pod       string
-	log       *slog.Logger
+	sink reportSink
+	log  *slog.Logger
 
 	wake chan struct{} // 1-buffered: one pending wake-up is enough, the writer reads the latest
 
 	mu      sync.Mutex
 	entries map[string]*entry // guarded by mu
-	podUID  types.UID         // guarded by mu; empty until known
-	written []member          // guarded by mu: the report the API server holds, by name
+	written []member          // guarded by mu: the report the receiver holds, by name
 	names   []string          // guarded by mu: the names of written, in order
-	synced  bool              // guarded by mu: written is what the API server holds
+	synced  bool              // guarded by mu: written is what the receiver holds
+	// resend: the receiver holds none of the report (a restarted node agent), so the
+	// whole of it goes again at once, whatever the holds say.
+	resend bool // guarded by mu
 	// hold is the deferral of unearned changes (earned.go); holdFor, when set, draws
 	// each hold's length. Unset, unearned changes go at once.
 	hold    holdState // guarded by mu
@@ -51,17 +48,13 @@ type reporter struct {
 
 var _ breaker.Observer = (*reporter)(nil)
 
-func newReporter(dc dynamic.Interface, cs kubernetes.Interface, namespace, pod string, podUID types.UID, log *slog.Logger) *reporter {
+func newReporter(sink reportSink, log *slog.Logger) *reporter {
 	return &reporter{
-		reports:   dc.Resource(breakerReports),
-		pods:      cs,
-		namespace: namespace,
-		pod:       pod,
-		podUID:    podUID,
-		log:       log,
-		wake:      make(chan struct{}, 1),
-		entries:   map[string]*entry{},
-		holdFor:   unearnedDelay,
+		sink:    sink,
+		log:     log,
+		wake:    make(chan struct{}, 1),
+		entries: map[string]*entry{},
+		holdFor: unearnedDelay,
 	}
 }
 
@@ -81,11 +74,11 @@ func (r *reporter) flush() {
 	r.signal()
 }
 
-// pending returns the report to write, in name order, and false when the API server
+// pending returns the report to write, in name order, and false when the receiver
 // already holds it, when nothing was ever written and there is nothing to write, or when
 // every change is unearned and its hold has not ended (earned.go). A report that goes out
 // carries the latest traffic; a change of traffic alone goes out only when due and
-// material (traffic.go).
+// material (traffic.go). After resendAll the whole report goes at once.
 func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	r.refreshGroups()
 	r.refreshTraffic()
@@ -108,6 +101,8 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 		dirty = !slices.Equal(names, r.names) || !slices.Equal(ms, r.written)
 	}
 	switch {
+	case r.resend && len(names) > 0:
+		dirty = true
 	case dirty && !r.held(names, ms):
 	case r.synced && r.trafficDue(time.Now(), names):
 	default:
@@ -117,11 +112,20 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	return names, ms, true
 }
 
-// markWritten records that the API server holds the report of names and ms.
+// markWritten records that the receiver holds the report of names and ms.
 func (r *reporter) markWritten(names []string, ms []member) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.trafficWritten(time.Now(), r.written, ms)
-	r.names, r.written, r.synced = names, ms, true
+	r.names, r.written, r.synced, r.resend = names, ms, true, false
 	r.hold.end()
+}
+
+// resendAll makes the writer send the whole report again at once: its receiver, a node
+// agent that restarted, holds none of it.
+func (r *reporter) resendAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resend = true
+	r.signal()
 }

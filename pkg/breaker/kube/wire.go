@@ -6,58 +6,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// breakerReports is the resource the reporter writes: one object per pod.
-var breakerReports = schema.GroupVersionResource{
-	Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: breakerconfig.ReportResource,
-}
-
-// FieldManager is the server-side apply field manager of every pod's report. It owns
-// every entry, so that an entry or field the pod stops setting is removed.
-const FieldManager = "fusebox-pod"
-
 // maxConfigError leaves room under the schema's bound on configError.
 const maxConfigError = breakerconfig.MaxConfigErrorSize - 24
-
-// report is the applied object: a BreakerReport as the pod writes it.
-type report struct {
-	APIVersion string                      `json:"apiVersion"`
-	Kind       string                      `json:"kind"`
-	Metadata   reportMeta                  `json:"metadata"`
-	Breakers   []breakerconfig.ReportEntry `json:"breakers"`
-}
-
-type reportMeta struct {
-	Name            string                  `json:"name"`
-	Namespace       string                  `json:"namespace"`
-	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
-}
-
-func (r *reporter) reportObject(uid types.UID, names []string, ms []member) report {
-	rep := report{
-		APIVersion: breakerReports.GroupVersion().String(),
-		Kind:       breakerconfig.ReportKind,
-		Metadata: reportMeta{
-			Name:      r.pod,
-			Namespace: r.namespace,
-			// The garbage collector deletes the report with its pod; the admission policy
-			// checks that a pod names itself here.
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: r.pod, UID: uid}},
-		},
-		Breakers: make([]breakerconfig.ReportEntry, len(names)),
-	}
-	for i, name := range names {
-		rep.Breakers[i] = reportEntry(name, ms[i])
-	}
-	return rep
-}
 
 // reportEntry is m as the report spells it.
 func reportEntry(name string, m member) breakerconfig.ReportEntry {

@@ -2,15 +2,12 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"math"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // writeBackoff paces the retries of a failed write: exponential and capped, so a pod that
@@ -25,10 +22,10 @@ var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jit
 // fixed), and the report must not be lost meanwhile.
 var refusedBackoff = wait.Backoff{Duration: writeBackoff.Cap}
 
-// writeTimeout bounds one write, so that a server that accepts the connection and never
-// answers is retried like one that refuses it. It is longer than the longest an API
-// server keeps a request in its priority-and-fairness queue (a quarter of its 60 s
-// request deadline, 15 s) plus the write itself: in a report storm a write the server has
+// writeTimeout bounds one write to the API server, so that a server that accepts the
+// connection and never answers is retried like one that refuses it. It is longer than
+// the longest an API server keeps a request in its priority-and-fairness queue (a
+// quarter of its 60 s request deadline, 15 s) plus the write itself: in a report storm a write the server has
 // queued is answered, or refused with a 429 that client-go retries after the server's
 // Retry-After, rather than abandoned by this pod and sent again to the back of the queue,
 // which would cost the server the same write twice.
@@ -68,7 +65,7 @@ func (r *reporter) run(ctx context.Context) {
 				r.lastErr.Store(nil)
 				r.markWritten(names, ms)
 				if failing != "" {
-					r.log.Info("Breaker report written again after failures", "report", r.pod)
+					r.log.Info("Breaker report written again after failures", "report", r.sink.describe())
 					failing = ""
 				}
 				retry = writeBackoff
@@ -77,16 +74,16 @@ func (r *reporter) run(ctx context.Context) {
 			r.failures.Add(1)
 			msg := err.Error()
 			r.lastErr.Store(&msg)
-			refused := refusal(err)
+			refused := r.sink.refused(err)
 			if refused {
 				r.rejected.Add(1)
 			}
 			if msg != failing {
 				// Once per distinct error, not once per retry.
 				if refused {
-					r.log.Error("The API server refused this pod's breaker report; retrying with backoff", "report", r.pod, "error", err)
+					r.log.Error("The receiver refused this pod's breaker report; retrying with backoff", "receiver", r.sink.receiver(), "report", r.sink.describe(), "error", err)
 				} else {
-					r.log.Warn("Cannot write this pod's breaker report; retrying with backoff", "report", r.pod, "error", err)
+					r.log.Warn("Cannot write this pod's breaker report; retrying with backoff", "report", r.sink.describe(), "error", err)
 				}
 				failing = msg
 			}
@@ -104,51 +101,13 @@ func (r *reporter) run(ctx context.Context) {
 	}
 }
 
-// refusal reports whether err is the API server refusing the report itself (its schema,
-// the admission policy, RBAC, no such resource), rather than being unreachable or busy.
-func refusal(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
-		apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err)
-}
-
-// write applies the whole report: the entries of names, owned by this pod's Pod. One
-// field manager owns every entry, so server-side apply removes the entries and fields the
-// pod no longer sets (a breaker no longer published, a cleared configError).
+// write sends the whole report: the entries of names.
 func (r *reporter) write(ctx context.Context, names []string, ms []member) error {
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	uid, err := r.ownerUID(ctx)
-	if err != nil {
-		return err
+	entries := make([]breakerconfig.ReportEntry, len(names))
+	for i, name := range names {
+		entries[i] = reportEntry(name, ms[i])
 	}
-	body, err := json.Marshal(r.reportObject(uid, names, ms))
-	if err != nil {
-		return err
-	}
-	force := true
-	_, err = r.reports.Namespace(r.namespace).Patch(ctx, r.pod, types.ApplyPatchType, body, metav1.PatchOptions{
-		FieldManager: FieldManager,
-		Force:        &force,
-	})
-	return err
-}
-
-// ownerUID returns the UID of this pod's Pod: given in Options, or read once.
-func (r *reporter) ownerUID(ctx context.Context) (types.UID, error) {
-	r.mu.Lock()
-	uid := r.podUID
-	r.mu.Unlock()
-	if uid != "" {
-		return uid, nil
-	}
-	pod, err := r.pods.CoreV1().Pods(r.namespace).Get(ctx, r.pod, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("read Pod %s/%s for the UID its report is owned by (set %s to skip this): %w", r.namespace, r.pod, EnvPodUID, err)
-	}
-	r.mu.Lock()
-	r.podUID = pod.UID
-	r.mu.Unlock()
-	return pod.UID, nil
+	return r.sink.send(ctx, entries)
 }
 
 // lastError returns the last write error, or "".

@@ -1,0 +1,254 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// identity is who a request comes from, as the API server vouched for its token.
+type identity struct {
+	namespace, serviceAccount string
+	pod                       string
+	podUID                    types.UID
+	node                      string
+}
+
+func (id identity) String() string { return id.namespace + "/" + id.pod }
+
+// refusal is a request the agent does not accept, with the status it answers.
+type refusal struct {
+	status int
+	msg    string
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+func refuse(status int, format string, args ...any) *refusal {
+	return &refusal{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// Bounds of what the authenticator keeps. A node runs at most a few hundred pods, each
+// with one token at a time (two while the kubelet rotates it), so maxKnownTokens is room
+// to spare; refused tokens are kept briefly, so that a pod retrying with a bad token costs
+// the API server one review every refusedFor, not one per request.
+const (
+	maxKnownTokens   = 2048
+	maxRefusedTokens = 512
+	refusedFor       = 10 * time.Second
+	// unexpiringFor is how long a token without an expiry is believed: a legacy
+	// Secret-based token, which the agent refuses anyway (it names no pod).
+	unexpiringFor = time.Minute
+	// concurrentReviews bounds the TokenReviews in flight, so that a flood of unknown
+	// tokens from the network costs the API server a few requests at a time.
+	concurrentReviews = 4
+)
+
+// authenticator checks tokens with TokenReview and keeps the answers: a token the API
+// server vouched for is believed until it expires, without asking again. That is safe
+// for a bound token because what could revoke it early (its pod deleted) is checked on
+// every request anyway: the pod must be bound to the node in the agent's pod cache.
+type authenticator struct {
+	client authnclient.TokenReviewInterface
+	clock  clock.PassiveClock
+	sem    chan struct{}
+
+	mu      sync.Mutex
+	known   map[string]knownToken // guarded by mu: by token
+	refused map[string]refusedToken
+
+	reviews atomic.Int64
+}
+
+type knownToken struct {
+	id      identity
+	refusal *refusal // the identity is no pod's: refused with this, however often asked
+	until   time.Time
+}
+
+type refusedToken struct {
+	refusal *refusal
+	until   time.Time
+}
+
+func newAuthenticator(client authnclient.TokenReviewInterface, clk clock.PassiveClock) *authenticator {
+	return &authenticator{
+		client: client, clock: clk, sem: make(chan struct{}, concurrentReviews),
+		known: map[string]knownToken{}, refused: map[string]refusedToken{},
+	}
+}
+
+// authenticate returns the identity of the request's bearer token, or a refusal: 401 for
+// no token or one the API server does not vouch for (garbage, expired, another audience),
+// 403 for a valid token that names no pod, 503 when the API server cannot be asked.
+func (a *authenticator) authenticate(ctx context.Context, header string) (identity, error) {
+	token, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
+		return identity{}, refuse(http.StatusUnauthorized, "no bearer token: send the pod's projected service-account token for audience %s as \"Authorization: Bearer <token>\"", breakerconfig.NodeAgentAudience)
+	}
+	now := a.clock.Now()
+	a.mu.Lock()
+	if k, ok := a.known[token]; ok && now.Before(k.until) {
+		a.mu.Unlock()
+		if k.refusal != nil {
+			return identity{}, k.refusal
+		}
+		return k.id, nil
+	}
+	if r, ok := a.refused[token]; ok && now.Before(r.until) {
+		a.mu.Unlock()
+		return identity{}, r.refusal
+	}
+	a.mu.Unlock()
+
+	// Refused on sight, without asking the API server, whatever the signature would say:
+	// what is not a JWT, what says it has expired, and what is not for this audience.
+	claims, err := readClaims(token)
+	if err != nil {
+		return identity{}, refuse(http.StatusUnauthorized, "invalid token: %v", err)
+	}
+	if !claims.expires.IsZero() && !now.Before(claims.expires) {
+		return identity{}, refuse(http.StatusUnauthorized, "the token expired at %s: the kubelet rotates projected tokens; read the token file again", claims.expires.UTC().Format(time.RFC3339))
+	}
+	if !slices.Contains(claims.audiences, breakerconfig.NodeAgentAudience) {
+		return identity{}, refuse(http.StatusUnauthorized, "the token is not for audience %s (it is for %q): project a service-account token with that audience", breakerconfig.NodeAgentAudience, claims.audiences)
+	}
+
+	select {
+	case a.sem <- struct{}{}:
+		defer func() { <-a.sem }()
+	case <-ctx.Done():
+		return identity{}, refuse(http.StatusServiceUnavailable, "gave up waiting to check the token: %v", ctx.Err())
+	}
+	a.reviews.Add(1)
+	review, err := a.client.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
+		Token: token, Audiences: []string{breakerconfig.NodeAgentAudience},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		// Says nothing about the token: not kept, asked again next time.
+		return identity{}, refuse(http.StatusServiceUnavailable, "cannot check the token with the API server (TokenReview): %v", err)
+	}
+	id, refusal := judge(review.Status)
+	now = a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if refusal != nil && refusal.status == http.StatusUnauthorized {
+		keep(a.refused, maxRefusedTokens, now, token, refusedToken{refusal, now.Add(refusedFor)}, func(r refusedToken) time.Time { return r.until })
+		return identity{}, refusal
+	}
+	until := claims.expires
+	if until.IsZero() {
+		until = now.Add(unexpiringFor)
+	}
+	keep(a.known, maxKnownTokens, now, token, knownToken{id: id, refusal: refusal, until: until}, func(k knownToken) time.Time { return k.until })
+	if refusal != nil {
+		return identity{}, refusal
+	}
+	return id, nil
+}
+
+// keep puts v under token in m, first making room when m is full: the expired entries
+// go, and if none has expired, an arbitrary one.
+func keep[V any](m map[string]V, most int, now time.Time, token string, v V, until func(V) time.Time) {
+	if _, ok := m[token]; !ok && len(m) >= most {
+		for t, old := range m {
+			if !now.Before(until(old)) {
+				delete(m, t)
+			}
+		}
+		for t := range m {
+			if len(m) < most {
+				break
+			}
+			delete(m, t)
+		}
+	}
+	m[token] = v
+}
+
+// judge turns the API server's answer into an identity or a refusal: 401 when it does not
+// vouch for the token, 403 when the token is valid but not a pod's on a node.
+func judge(s authenticationv1.TokenReviewStatus) (identity, *refusal) {
+	if !s.Authenticated {
+		why := s.Error
+		if why == "" {
+			why = "not authenticated"
+		}
+		return identity{}, refuse(http.StatusUnauthorized, "the API server does not vouch for the token (audience %s): %s", breakerconfig.NodeAgentAudience, why)
+	}
+	if len(s.Audiences) > 0 && !slices.Contains(s.Audiences, breakerconfig.NodeAgentAudience) {
+		return identity{}, refuse(http.StatusUnauthorized, "the token is not for audience %s", breakerconfig.NodeAgentAudience)
+	}
+	u := s.User
+	rest, ok := strings.CutPrefix(u.Username, "system:serviceaccount:")
+	ns, sa, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || ns == "" || sa == "" {
+		return identity{}, refuse(http.StatusForbidden, "%q is not a pod's service account: the agent serves pods, each with its own projected token", u.Username)
+	}
+	id := identity{namespace: ns, serviceAccount: sa, pod: first(u.Extra[extraPodName]), podUID: types.UID(first(u.Extra[extraPodUID])), node: first(u.Extra[extraNodeName])}
+	switch {
+	case id.pod == "" || id.podUID == "":
+		return identity{}, refuse(http.StatusForbidden, "the token of %s is bound to no pod (no %s and %s): use the pod's projected token, not a Secret's", u.Username, extraPodName, extraPodUID)
+	case id.node == "":
+		return identity{}, refuse(http.StatusForbidden, "the token of pod %s names no node (no %s): the agent serves the pods of its node only", id, extraNodeName)
+	}
+	return id, nil
+}
+
+// claims is what the agent reads in a token before anyone vouched for it: enough to
+// refuse it, never enough to accept it. Once the API server has vouched for the token,
+// its expiry says how long to believe the answer.
+type claims struct {
+	expires   time.Time
+	audiences []string
+}
+
+// readClaims reads a JWT's payload without checking its signature.
+func readClaims(token string) (claims, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return claims{}, fmt.Errorf("not a JWT (want three dot-separated parts, got %d)", len(parts))
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return claims{}, fmt.Errorf("not a JWT: payload: %v", err)
+	}
+	var p struct {
+		Exp *json.Number    `json:"exp"`
+		Aud json.RawMessage `json:"aud"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return claims{}, fmt.Errorf("not a JWT: payload: %v", err)
+	}
+	var c claims
+	if p.Exp != nil {
+		sec, err := p.Exp.Int64()
+		if err != nil {
+			return claims{}, fmt.Errorf("not a JWT: exp %s", p.Exp)
+		}
+		c.expires = time.Unix(sec, 0)
+	}
+	// aud is a string or a list of them (RFC 7519 §4.1.3).
+	var one string
+	if json.Unmarshal(p.Aud, &one) == nil {
+		c.audiences = []string{one}
+	} else if err := json.Unmarshal(p.Aud, &c.audiences); err != nil && len(p.Aud) > 0 {
+		return claims{}, fmt.Errorf("not a JWT: aud %s", p.Aud)
+	}
+	return c, nil
+}

@@ -1,0 +1,261 @@
+package nodeagent
+
+import (
+	"context"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Pacing (docs/design.md §9): each node report is written at most once per interval. A
+// change that brings news the fleet decides on (urgent: an earned state, a new config
+// generation or refusal, a breaker or pod leaving by the pod's own word) goes in the next
+// slot: at once after a quiet spell, else interval after the last write, together with
+// everything that changed meanwhile. A change that only echoes what the pods were told
+// or what time did (adopted verdicts, forced modes, timeouts, a breaker's first word,
+// traffic, a pod gone from the node) waits up to hold from the first of them, so that
+// the echoes of one incident, which reach the agent over the pods' own hold of 100–500
+// ms, go out in one write and after the evidence; an urgent change takes them with it.
+type pacing struct {
+	interval time.Duration
+	hold     time.Duration
+}
+
+var defaultPacing = pacing{interval: 250 * time.Millisecond, hold: time.Second}
+
+// maxConcurrentWrites bounds the writes in flight, each to another namespace's object;
+// one object is never written twice at once.
+const maxConcurrentWrites = 4
+
+// change is what a report holds that is not written yet: since when, and whether any of
+// it is urgent.
+type change struct {
+	since  time.Time // zero: nothing
+	urgent bool
+}
+
+func (c change) merge(o change) change {
+	switch {
+	case c.since.IsZero():
+		return o
+	case o.since.IsZero():
+		return c
+	}
+	if o.since.Before(c.since) {
+		c.since = o.since
+	}
+	c.urgent = c.urgent || o.urgent
+	return c
+}
+
+// due is when a report whose pending changes are c, last written at lastWrite, and not to
+// be retried before retryAt, may be written.
+func (p pacing) due(c change, lastWrite, retryAt time.Time) time.Time {
+	at := c.since
+	if !c.urgent {
+		at = at.Add(p.hold)
+	}
+	if next := lastWrite.Add(p.interval); !lastWrite.IsZero() && next.After(at) {
+		at = next
+	}
+	if retryAt.After(at) {
+		at = retryAt
+	}
+	return at
+}
+
+// retryDelay paces the retries of a report whose writes failed n times in a row: 100 ms
+// doubling to 4 s, each up to a quarter longer at random, as the pods' own writes retry.
+func retryDelay(n int) time.Duration {
+	d := min(100*time.Millisecond<<min(n-1, 6), 4*time.Second)
+	return d + rand.N(d/4+1)
+}
+
+// job is one write the writer has taken: a namespace's object as it stood.
+type job struct {
+	namespace string
+	lines     map[types.UID]line
+	owner     types.UID
+}
+
+// take returns the writes due at now, urgent ones first and then the oldest, at most as
+// many as may start, and when the writer must look again (zero: nothing pending). A due
+// report that already says what the API server holds is not written: its changes undid
+// each other.
+func (b *book) take(now time.Time) ([]job, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	type candidate struct {
+		ns  string
+		r   *nsReport
+		due time.Time
+	}
+	var due []candidate
+	var next time.Time
+	later := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for ns, r := range b.reports {
+		if r.pending.since.IsZero() || r.inflight {
+			continue
+		}
+		at := b.pace.due(r.pending, r.lastWrite, r.retryAt)
+		if at.After(now) {
+			later(at)
+			continue
+		}
+		if r.matchesWritten(b.owner) {
+			r.pending = change{}
+			b.forget(ns, r)
+			continue
+		}
+		due = append(due, candidate{ns, r, at})
+	}
+	slices.SortFunc(due, func(a, c candidate) int {
+		switch {
+		case a.r.pending.urgent != c.r.pending.urgent:
+			if a.r.pending.urgent {
+				return -1
+			}
+			return 1
+		case !a.r.pending.since.Equal(c.r.pending.since):
+			return a.r.pending.since.Compare(c.r.pending.since)
+		}
+		return 0
+	})
+	var jobs []job
+	for _, c := range due {
+		if b.active >= maxConcurrentWrites {
+			later(now) // look again as soon as a write ends
+			break
+		}
+		b.active++
+		c.r.inflight = true
+		c.r.taken, c.r.pending = c.r.pending, change{}
+		jobs = append(jobs, job{namespace: c.ns, lines: maps.Clone(c.r.lines), owner: b.owner})
+	}
+	return jobs, next
+}
+
+// forget drops a namespace's report that holds nothing and has no object. Caller holds mu.
+func (b *book) forget(ns string, r *nsReport) {
+	if len(r.lines) == 0 && !r.exists && r.pending.since.IsZero() && !r.inflight {
+		delete(b.reports, ns)
+	}
+}
+
+// write does one job: the object applied, or deleted when no pod of its namespace reports
+// any more.
+func (b *book) write(ctx context.Context, j job) {
+	start := b.clock.Now()
+	var err error
+	if len(j.lines) == 0 {
+		err = b.writer.remove(ctx, j.namespace)
+	} else {
+		err = b.writer.apply(ctx, j.namespace, b.object(j.namespace, j.lines, j.owner))
+	}
+	b.done(j, start, err)
+}
+
+// done records how a job went: on success what the API server now holds; on failure the
+// job's changes are pending again, to be retried after a backoff.
+func (b *book) done(j job, start time.Time, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer b.signal()
+	b.active--
+	r := b.reports[j.namespace]
+	r.inflight = false
+	if err == nil {
+		b.writes.Add(1)
+		r.written, r.writtenOwner, r.exists = j.lines, j.owner, len(j.lines) > 0
+		r.lastWrite, r.retryAt, r.failures, r.taken = start, time.Time{}, 0, change{}
+		if r.failing != "" {
+			b.log.Info("Node report written again after failures", "namespace", j.namespace)
+			r.failing = ""
+		}
+		b.forget(j.namespace, r)
+		return
+	}
+	b.failures.Add(1)
+	r.failures++
+	r.retryAt = b.clock.Now().Add(retryDelay(r.failures))
+	r.pending, r.taken = r.pending.merge(r.taken), change{}
+	if msg := err.Error(); msg != r.failing {
+		r.failing = msg
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+			b.log.Error("The API server refused this node's report; retrying with backoff", "namespace", j.namespace, "error", err)
+		} else {
+			b.log.Warn("Cannot write this node's report; retrying with backoff", "namespace", j.namespace, "error", err)
+		}
+	}
+}
+
+// run is the writer: it starts the writes that are due, and waits until the next is, or
+// until a change or a finished write wakes it, until ctx ends; then it waits for the
+// writes in flight.
+func (b *book) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	timer := b.clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := b.clock.Now()
+		jobs, next := b.take(now)
+		for _, j := range jobs {
+			wg.Go(func() { b.write(ctx, j) })
+		}
+		var fire <-chan time.Time
+		if !next.IsZero() {
+			timer.Stop()
+			timer.Reset(max(next.Sub(now), 0))
+			fire = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.wake:
+		case <-fire:
+		}
+	}
+}
+
+// idle reports whether nothing is pending and nothing is being written.
+func (b *book) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range b.reports {
+		if r.inflight || (!r.pending.since.IsZero() && !r.matchesWritten(b.owner)) {
+			return false
+		}
+	}
+	return true
+}
+
+// flush writes what is pending without waiting for holds, and returns once nothing is
+// left or ctx ends. A shutting-down agent calls it while its writer still runs.
+func (b *book) flush(ctx context.Context) error {
+	b.mu.Lock()
+	for _, r := range b.reports {
+		if !r.pending.since.IsZero() {
+			r.pending.urgent = true
+		}
+	}
+	b.signal()
+	b.mu.Unlock()
+	for !b.idle() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}

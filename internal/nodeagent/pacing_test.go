@@ -1,0 +1,350 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// recorder is an objectWriter that keeps what the writer would have sent.
+type recorder struct {
+	mu     sync.Mutex
+	writes []written
+	fail   error // returned by every write while set
+}
+
+type written struct {
+	namespace string
+	pods      []string // the pods of the object, in order; nil for a delete
+	obj       nodeReportObject
+}
+
+func (r *recorder) apply(_ context.Context, ns string, obj nodeReportObject) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail
+	}
+	var pods []string
+	for _, p := range obj.Pods {
+		pods = append(pods, p.Name)
+	}
+	r.writes = append(r.writes, written{namespace: ns, pods: pods, obj: obj})
+	return nil
+}
+
+func (r *recorder) remove(_ context.Context, ns string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail
+	}
+	r.writes = append(r.writes, written{namespace: ns})
+	return nil
+}
+
+func (r *recorder) list(context.Context, string) ([]nodeReportObject, error) { return nil, nil }
+
+// take returns the writes recorded since the last take.
+func (r *recorder) take() []written {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.writes
+	r.writes = nil
+	return w
+}
+
+// pacer drives a book's writer by hand on a fake clock: each step takes what is due now
+// and writes it at once, so a test sees exactly which writes each moment allows.
+type pacer struct {
+	t     *testing.T
+	clock *testingclock.FakeClock
+	book  *book
+	rec   *recorder
+}
+
+func newPacer(t *testing.T) *pacer {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	rec := &recorder{}
+	b := newBook("node-a", rec, clk, slog.New(slog.DiscardHandler))
+	b.setOwner("node-a-uid")
+	return &pacer{t: t, clock: clk, book: b, rec: rec}
+}
+
+// step moves the clock by d and runs the writer once; it returns what was written and
+// when the writer would look next (zero: nothing pending).
+func (p *pacer) step(d time.Duration) ([]written, time.Time) {
+	p.clock.Step(d)
+	for {
+		// As the writer's loop does: a finished write wakes it to take again.
+		jobs, next := p.book.take(p.clock.Now())
+		if len(jobs) == 0 {
+			return p.rec.take(), next
+		}
+		for _, j := range jobs {
+			p.book.write(context.Background(), j)
+		}
+	}
+}
+
+func (p *pacer) put(ns, pod string, entries ...breakerconfig.ReportEntry) {
+	p.t.Helper()
+	if err := p.book.put(identity{namespace: ns, pod: pod, podUID: types.UID(pod + "-uid"), node: "node-a"}, entries); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func entry(name, state, reason string) breakerconfig.ReportEntry {
+	return breakerconfig.ReportEntry{Name: name, State: state, Reason: reason,
+		Since: breakerconfig.NewTime(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)), ConfigGeneration: 1}
+}
+
+var (
+	tripped = entry("payments", breakerconfig.StateOpen, breakerconfig.ReasonTripped)
+	adopted = entry("payments", breakerconfig.StateOpen, breakerconfig.ReasonAdopted)
+	started = entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonStarted)
+)
+
+func wantWrites(t *testing.T, at string, got []written, want ...[]string) {
+	t.Helper()
+	var pods [][]string
+	for _, w := range got {
+		pods = append(pods, w.pods)
+	}
+	if !slices.EqualFunc(pods, want, slices.Equal) {
+		t.Errorf("%s: wrote %v, want %v", at, pods, want)
+	}
+}
+
+// TestPacing: on a fake clock, the writes one object gets: the first earned change after
+// a quiet spell at once; what comes in the next 250 ms in one write 250 ms after the
+// first; unearned changes after their hold of 1 s, or with an earned one; nothing for a
+// resend of what the object says, or for changes that undo each other.
+func TestPacing(t *testing.T) {
+	p := newPacer(t)
+	p.put("shop", "a", tripped)
+	w, _ := p.step(0)
+	wantWrites(t, "an earned change after a quiet spell", w, []string{"a"})
+
+	for i, pod := range []string{"b", "c", "d", "e"} {
+		w, _ := p.step(50 * time.Millisecond)
+		p.put("shop", pod, tripped)
+		_, next := p.step(0)
+		wantWrites(t, fmt.Sprintf("%d ms after the first write", 50*(i+1)), w)
+		if want := p.clock.Now().Add(time.Duration(200-50*i) * time.Millisecond); !next.Equal(want) {
+			t.Errorf("%d ms after the first write, the writer looks again at %v, want %v", 50*(i+1), next.Format(time.StampMilli), want.Format(time.StampMilli))
+		}
+	}
+	w, _ = p.step(49 * time.Millisecond)
+	wantWrites(t, "249 ms after the first write", w)
+	w, _ = p.step(time.Millisecond)
+	wantWrites(t, "250 ms after the first write", w, []string{"a", "b", "c", "d", "e"})
+
+	// Echoes (adopted verdicts) wait their hold, 1 s from the first of them, however
+	// quiet it has been.
+	w, next := p.step(10 * time.Second)
+	wantWrites(t, "a quiet spell", w)
+	if !next.IsZero() {
+		t.Errorf("nothing pending, yet the writer looks again at %v", next)
+	}
+	p.put("shop", "b", adopted)
+	w, _ = p.step(0)
+	wantWrites(t, "an adopted verdict at once", w)
+	p.put("shop", "c", adopted)
+	w, _ = p.step(999 * time.Millisecond)
+	wantWrites(t, "999 ms into the hold", w)
+	w, _ = p.step(time.Millisecond)
+	wantWrites(t, "the hold's end", w, []string{"a", "b", "c", "d", "e"})
+
+	// An earned change takes the held ones with it.
+	p.step(10 * time.Second)
+	p.put("shop", "d", adopted)
+	p.step(100 * time.Millisecond)
+	p.put("shop", "e", entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonProbesSucceeded))
+	w, next = p.step(0)
+	if len(w) != 1 || w[0].obj.Pods[3].Breakers[0].Reason != breakerconfig.ReasonAdopted || w[0].obj.Pods[4].Breakers[0].Reason != breakerconfig.ReasonProbesSucceeded {
+		t.Errorf("an earned change during a hold: wrote %+v, want one write with both", w)
+	}
+	if !next.IsZero() {
+		t.Errorf("the held change still pending after it was written (looks at %v)", next)
+	}
+
+	// A resend of what the object says writes nothing, nor do changes that undo each
+	// other before they are due.
+	p.step(10 * time.Second)
+	p.put("shop", "e", entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonProbesSucceeded))
+	w, next = p.step(0)
+	wantWrites(t, "an unchanged resend", w)
+	if !next.IsZero() {
+		t.Errorf("an unchanged resend left something pending (looks at %v)", next)
+	}
+	p.put("shop", "a", adopted)
+	p.step(500 * time.Millisecond)
+	p.put("shop", "a", tripped)
+	w, next = p.step(time.Second)
+	wantWrites(t, "a change undone", w)
+	if !next.IsZero() || !p.book.idle() {
+		t.Errorf("a change undone is still pending (looks at %v)", next)
+	}
+}
+
+// TestPacingPerObject: the pace is per object: another namespace's first change goes at
+// once; at most maxConcurrentWrites writes start together, earned ones first.
+func TestPacingPerObject(t *testing.T) {
+	p := newPacer(t)
+	p.put("shop", "a", tripped)
+	p.step(0)
+	p.put("shop", "b", tripped)
+	p.put("blog", "c", tripped)
+	w, _ := p.step(0)
+	if len(w) != 1 || w[0].namespace != "blog" {
+		t.Errorf("another namespace's first change: wrote %+v, want blog's at once", w)
+	}
+
+	p.step(10 * time.Second)
+	for i := range 6 {
+		p.put(fmt.Sprintf("ns%d", i), "a", started)
+	}
+	p.clock.Step(2 * time.Second) // all six due, none taken yet
+	p.put("ns4", "b", tripped)
+	p.put("ns5", "b", tripped)
+	jobs, _ := p.book.take(p.clock.Now())
+	var order []string
+	for _, j := range jobs {
+		order = append(order, j.namespace)
+	}
+	if len(jobs) != maxConcurrentWrites || order[0] != "ns4" && order[0] != "ns5" || order[1] != "ns4" && order[1] != "ns5" {
+		t.Errorf("six due, two earned: took %v, want %d with ns4 and ns5 first", order, maxConcurrentWrites)
+	}
+	for _, j := range jobs {
+		p.book.write(context.Background(), j)
+	}
+	p.rec.take()
+	w, _ = p.step(0)
+	if len(w) != 2 {
+		t.Errorf("after the first %d: %d more, want the other 2", maxConcurrentWrites, len(w))
+	}
+}
+
+// TestPacingAfterFailures: a failed write keeps its changes and is retried after a
+// backoff, never dropped; a pod gone takes its line, and the last line's going deletes
+// the object.
+func TestPacingAfterFailures(t *testing.T) {
+	p := newPacer(t)
+	p.rec.fail = errors.New("connection refused")
+	p.put("shop", "a", tripped)
+	_, next := p.step(0)
+	if wait := next.Sub(p.clock.Now()); wait < 100*time.Millisecond || wait > 125*time.Millisecond {
+		t.Errorf("first retry in %v, want 100–125 ms", wait)
+	}
+	for range 8 {
+		_, next = p.step(next.Sub(p.clock.Now()))
+	}
+	if wait := next.Sub(p.clock.Now()); wait < 4*time.Second || wait > 5*time.Second {
+		t.Errorf("retry after nine failures in %v, want the 4–5 s cap", wait)
+	}
+	p.rec.fail = nil
+	p.put("shop", "b", adopted)
+	w, _ := p.step(next.Sub(p.clock.Now()))
+	wantWrites(t, "the server back", w, []string{"a", "b"})
+
+	p.book.podGone("shop", "a-uid")
+	w, _ = p.step(time.Second)
+	wantWrites(t, "a pod gone, after the hold", w, []string{"b"})
+	if err := p.book.put(identity{namespace: "shop", pod: "a", podUID: "a-uid", node: "node-a"}, []breakerconfig.ReportEntry{tripped}); err == nil || !strings.Contains(err.Error(), "has left node node-a") {
+		t.Errorf("a report from a pod gone: %v, want refused", err)
+	}
+	p.book.podGone("shop", "b-uid")
+	w, _ = p.step(time.Second)
+	if len(w) != 1 || w[0].pods != nil {
+		t.Errorf("the last pod gone: wrote %+v, want the object deleted", w)
+	}
+	if _, ok := p.book.reports["shop"]; ok {
+		t.Error("the namespace's report is still kept after its object was deleted")
+	}
+}
+
+// TestObjectBounds: the object never grows past the schema's bound on pods or the size
+// etcd keeps; the pod that would push it over is refused, and the others keep their lines.
+func TestObjectBounds(t *testing.T) {
+	p := newPacer(t)
+	for i := range resiliencev1alpha1.MaxNodeReportPods {
+		p.put("shop", fmt.Sprintf("p%03d", i), started)
+	}
+	err := p.book.put(identity{namespace: "shop", pod: "one-too-many", podUID: "x", node: "node-a"}, []breakerconfig.ReportEntry{started})
+	var r *refusal
+	if !errors.As(err, &r) || r.status != 409 || !strings.Contains(r.msg, "256 pods, the most a NodeBreakerReport holds") {
+		t.Errorf("the 257th pod: %v, want 409 saying why", err)
+	}
+	p.put("shop", "p000", tripped) // a pod already there may still change its line
+
+	big := make([]breakerconfig.ReportEntry, breakerconfig.MaxAgentEntries)
+	for i := range big {
+		big[i] = started
+		big[i].Name = fmt.Sprintf("breaker-%d", i)
+		big[i].ConfigError = strings.Repeat("x", breakerconfig.MaxConfigErrorSize)
+	}
+	var refusedAt int
+	for i := range 20 {
+		err := p.book.put(identity{namespace: "blog", pod: fmt.Sprintf("big%d", i), podUID: types.UID(fmt.Sprintf("big%d", i)), node: "node-a"}, big)
+		if err != nil {
+			refusedAt = i
+			if !errors.As(err, &r) || r.status != 409 || !strings.Contains(r.msg, "over the 655360 a NodeBreakerReport may") {
+				t.Errorf("an object over the size: %v, want 409 saying why", err)
+			}
+			break
+		}
+	}
+	if refusedAt == 0 {
+		t.Fatal("20 pods of 100 entries with 1 KiB errors each fit in one object")
+	}
+	w, _ := p.step(0)
+	for _, o := range w {
+		if o.namespace == "blog" && len(o.pods) != refusedAt {
+			t.Errorf("blog's object holds %d pods, want the %d that fit", len(o.pods), refusedAt)
+		}
+	}
+}
+
+// TestUrgent: which changes of a line go in the next slot, and which wait the hold.
+func TestUrgent(t *testing.T) {
+	gen2 := started
+	gen2.ConfigGeneration = 2
+	refusedCfg := started
+	refusedCfg.ConfigError = "openTimeout: must be positive"
+	retimed := tripped
+	retimed.Since = breakerconfig.NewTime(tripped.Since.Add(time.Second))
+	other := entry("search", breakerconfig.StateClosed, breakerconfig.ReasonStarted)
+	for _, tc := range []struct {
+		name      string
+		old, next []breakerconfig.ReportEntry
+		want      bool
+	}{
+		{"a pod's first word, Started", nil, []breakerconfig.ReportEntry{started}, false},
+		{"a pod's first word, Tripped", nil, []breakerconfig.ReportEntry{tripped}, true},
+		{"a pod's first word, a refused config", nil, []breakerconfig.ReportEntry{refusedCfg}, true},
+		{"tripped", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{tripped}, true},
+		{"adopted", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{adopted}, false},
+		{"an earned Open re-timed", []breakerconfig.ReportEntry{tripped}, []breakerconfig.ReportEntry{retimed}, false},
+		{"a new config generation", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{gen2}, true},
+		{"a config refused", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{refusedCfg}, true},
+		{"a breaker leaving", []breakerconfig.ReportEntry{started, other}, []breakerconfig.ReportEntry{started}, true},
+		{"a breaker's first word beside others", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{started, other}, false},
+	} {
+		if got := urgent(tc.old, tc.next); got != tc.want {
+			t.Errorf("%s: urgent %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
