@@ -122,7 +122,10 @@ func imageNames(ref string) []string {
 	return names
 }
 
-var _ = Describe("Two nodes", Ordered, Label("cluster"), twoNodes, func() {
+// networkSpecs are the cluster's own: pods on each node reaching the other's, with
+// nothing of Fusebox in the way. They run first in the suite's one ordered container
+// (cluster_test.go), before the spec that deletes a node.
+func networkSpecs() {
 	// One netcheck pod per node, a Service per pod, and one Service over all of them that
 	// keeps each caller on its own node.
 	var (
@@ -250,4 +253,4 @@ var _ = Describe("Two nodes", Ordered, Label("cluster"), twoNodes, func() {
 		_, err := inNode(ctx, "no-such-node", "true")
 		Expect(err).To(MatchError(ContainSubstring("no node named 'no-such-node'")))
 	}, SpecTimeout(time.Minute))
-})
+}
