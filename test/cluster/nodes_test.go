@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// The hooks for specs about more than one node (the node agent's among them): which
-// nodes there are, pinning a pod to one, and running a command in a node's network
+// The hooks for specs about more than one node (the node agent's, agentspecs_test.go):
+// which nodes there are, pinning a pod to one, and running a command in a node's network
 // namespace. hack/cluster.sh up --nodes 2 starts the second node; the suite runs in the
 // first node's network namespace, from where every node's address and pod range is
 // routed.
