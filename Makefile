@@ -104,7 +104,7 @@ test-release: envtest kustomize ## Test what ships: the image (build, push, pull
 	assets="$$(hack/envtest.sh)" && cd hack/helm && KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" GOWORK=off go test -count=1 -timeout 15m ./...
 
 .PHONY: test-cluster
-test-cluster: ## Run test/cluster on a real single-node cluster: build the images, up, load, install with Helm, run, down, check the host (docs/cluster.md).
+test-cluster: ## Run test/cluster on a real two-node cluster (CLUSTER_NODES=1: one): build the images, up, load, install with Helm, run, down, check the host (docs/cluster.md).
 	test/cluster/run.sh
 
 .PHONY: bench
@@ -167,12 +167,13 @@ else
 endif
 
 .PHONY: cluster
-cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.
+cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own (hack/cluster.sh up --nodes 2: two); docs/cluster.md.
 	hack/cluster.sh up
 
 .PHONY: cluster-load
 cluster-load: ## Load the images of make image and make image-fuseboxd (the manager's, fuseboxd's) into the cluster of make cluster.
-	hack/cluster.sh load $(LOCALBIN)/image.tar $(LOCALBIN)/fuseboxd-image.tar
+	hack/cluster.sh load $(LOCALBIN)/image.tar
+	hack/cluster.sh load $(LOCALBIN)/fuseboxd-image.tar
 
 .PHONY: cluster-down
 cluster-down: ## Stop the cluster of `make cluster`; it leaves nothing on the machine.
