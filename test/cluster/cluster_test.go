@@ -8,8 +8,9 @@ import (
 
 // One install, one example application, in the order a user meets them: each spec leaves
 // the cluster as the next one expects it (the nodes' network first, then the operator
-// installed, scaled, given its node agents, upgraded and finally uninstalled, and a node
-// deleted). A failed spec does not stop the rest, which say what else works.
+// installed, scaled, given its node agents, upgraded and uninstalled, then deployed the
+// other way, with kustomize, and undeployed, and a node deleted). A failed spec does not
+// stop the rest, which say what else works.
 var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cluster"), func() {
 	BeforeAll(func() {
 		connect()
@@ -29,6 +30,7 @@ var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cl
 	Describe("leader election", failoverSpecs)
 	Describe("the node agent on two nodes", Ordered, twoNodes, nodeAgentSpecs)
 	Describe("upgrade and uninstall", upgradeSpecs)
+	Describe("installed with make deploy", deploySpecs)
 	// Last: the second node's pods go with it.
 	Describe("a node deleted from the API", twoNodes, nodeGoneSpecs)
 })

@@ -81,6 +81,9 @@ func TestMain(m *testing.M) {
 
 func TestCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// The machines that run this suite are shared and loaded: an Eventually without a
+	// timeout of its own waits a minute, not Gomega's 1 s, and returns as soon as it holds.
+	SetDefaultEventuallyTimeout(time.Minute)
 	RunSpecs(t, "Fusebox on a real cluster")
 }
 

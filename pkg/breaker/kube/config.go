@@ -43,6 +43,8 @@ type applier struct {
 	// created is 1-buffered: the registry created a breaker or Group since the last
 	// reconcile. One pending wake-up is enough; reconcile finds every new one.
 	created chan struct{}
+	// loaded is closed when synced turns true.
+	loaded chan struct{}
 
 	applies, adoptions atomic.Int64
 }
@@ -107,6 +109,7 @@ func (a *applier) apply(data map[string]string) {
 	}
 	if !a.synced {
 		a.synced = true
+		close(a.loaded)
 		a.log.Info("Breaker config loaded", "breakers", len(next))
 	}
 	a.reconcileLocked()
