@@ -43,6 +43,16 @@ const (
 	// name a constant); pkg/webhook's envtest suite, which serves the generated
 	// configuration, fails if they part.
 	LabelInjection = "fusebox.dev/injection"
+
+	// LabelUnboundReportTokens set to LabelUnboundReportTokensAllowed on a
+	// Namespace lets service accounts write its BreakerReports with a token
+	// bound to no pod, which the admission policy
+	// fusebox-breakerreport-bound-token refuses elsewhere: the opt-out for
+	// clusters whose report writers have no pod-bound tokens (docs/rbac.md).
+	// config/policy spells both again in the policy's binding, and
+	// test/manifests fails if they part.
+	LabelUnboundReportTokens        = "fusebox.dev/unbound-report-tokens"
+	LabelUnboundReportTokensAllowed = "allowed"
 )
 
 // The values of LabelNodeAgent and LabelInjection that mean something; any other

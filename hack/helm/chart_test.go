@@ -366,6 +366,35 @@ func TestChartAdmissionPolicyValue(t *testing.T) {
 	}
 }
 
+// The refusal of report writes by tokens bound to no pod is on by default, and
+// admissionPolicy.refuseUnboundReportTokens=false leaves it out alone: the pod
+// identity policy stays.
+func TestChartRefuseUnboundReportTokensValue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vals map[string]any
+		want bool
+	}{
+		{"default", nil, true},
+		{"false", map[string]any{"admissionPolicy": map[string]any{"refuseUnboundReportTokens": false}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := helmTemplate(t, "ops", tc.vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+				if got := get(t, objs, k, boundTokenPolicy, nil); got != tc.want {
+					t.Errorf("%s %s rendered %v, want %v", k, boundTokenPolicy, got, tc.want)
+				}
+				if !get(t, objs, k, "fusebox-breakerreport-identity", nil) {
+					t.Errorf("%s fusebox-breakerreport-identity is not rendered", k)
+				}
+			}
+		})
+	}
+}
+
 func TestChartRefusesAnUnknownCertMode(t *testing.T) {
 	_, err := helmTemplate(t, "ops", map[string]any{"webhook": map[string]any{"certMode": "vault"}})
 	if err == nil || !strings.Contains(err.Error(), "certMode") {

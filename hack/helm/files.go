@@ -78,6 +78,13 @@ breakerClientRole:
 admissionPolicy:
   # The ValidatingAdmissionPolicies and bindings of config/ (%s).
   enabled: true
+  # Refuse BreakerReport writes by a service account token bound to no pod (a
+  # token Secret, a TokenRequest without a bound Pod), which could write any
+  # pod's report: ValidatingAdmissionPolicy/%s.
+  # false only on clusters whose report writers have no pod-bound tokens; to
+  # exempt some namespaces instead, label them
+  # fusebox.dev/unbound-report-tokens=allowed (docs/rbac.md).
+  refuseUnboundReportTokens: true
 
 flowControl:
   # API priority and fairness (docs/rbac.md): the operator's own priority
@@ -122,7 +129,7 @@ nodeAgent:
   # The agent pods' PriorityClass; none by default. system-node-critical keeps
   # the agent from being evicted before the pods it serves.
   priorityClassName: ""
-`, v.repository, v.replicas, indent(string(resources), "  "), policies, flowControl, path.Join(path.Dir(v.repository), "fuseboxd"),
+`, v.repository, v.replicas, indent(string(resources), "  "), policies, boundTokenPolicy, flowControl, path.Join(path.Dir(v.repository), "fuseboxd"),
 		indent(string(agentResources), "    "), indent(string(agentTolerations), "  "))
 }
 
@@ -177,7 +184,7 @@ const valuesSchema = `{
     },
     "admissionPolicy": {
       "type": "object",
-      "properties": {"enabled": {"type": "boolean"}}
+      "properties": {"enabled": {"type": "boolean"}, "refuseUnboundReportTokens": {"type": "boolean"}}
     },
     "flowControl": {
       "type": "object",

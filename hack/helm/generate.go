@@ -24,6 +24,9 @@ const (
 	deployedNamespace = "fusebox-system"
 	breakerClientRole = "fusebox-breaker-client"
 	managerContainer  = "manager"
+	// boundTokenPolicy refuses report writes by tokens bound to no pod; the chart
+	// also gates it (and its binding) behind admissionPolicy.refuseUnboundReportTokens.
+	boundTokenPolicy = "fusebox-breakerreport-bound-token"
 )
 
 const (
@@ -269,6 +272,9 @@ func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
 			body = gate(".Values.breakerClientRole.enabled", body)
 		case strings.HasPrefix(str(o, "apiVersion"), "admissionregistration.k8s.io/") &&
 			(strings.HasSuffix(kind(o), "AdmissionPolicy") || strings.HasSuffix(kind(o), "AdmissionPolicyBinding")):
+			if name(o) == boundTokenPolicy {
+				body = gate(".Values.admissionPolicy.refuseUnboundReportTokens", body)
+			}
 			body = gate(".Values.admissionPolicy.enabled", body)
 			defaults.admissionPolicies = append(defaults.admissionPolicies, key(o))
 		case isFlowControl(o):

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/webhook/podinject"
 )
@@ -155,6 +156,17 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	find(t, objs, "ValidatingAdmissionPolicyBinding", "fusebox-breakerreport-identity", &vapBinding)
 	if vapBinding.Spec.PolicyName != vap.Name || !slices.Equal(vapBinding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Errorf("binding: policyName %q actions %v, want %q and Deny", vapBinding.Spec.PolicyName, vapBinding.Spec.ValidationActions, vap.Name)
+	}
+	// And its refusal of tokens bound to no pod, bound outside the namespaces labelled to
+	// accept them.
+	var unbound admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "fusebox-breakerreport-bound-token", &unbound)
+	sel := unbound.Spec.MatchResources
+	if unbound.Spec.PolicyName != "fusebox-breakerreport-bound-token" || sel == nil || sel.NamespaceSelector == nil ||
+		len(sel.NamespaceSelector.MatchExpressions) != 1 || sel.NamespaceSelector.MatchExpressions[0].Key != resiliencev1alpha1.LabelUnboundReportTokens ||
+		!slices.Equal(sel.NamespaceSelector.MatchExpressions[0].Values, []string{resiliencev1alpha1.LabelUnboundReportTokensAllowed}) {
+		t.Errorf("bound-token binding %+v, want policy fusebox-breakerreport-bound-token outside namespaces labelled %s=%s",
+			unbound.Spec, resiliencev1alpha1.LabelUnboundReportTokens, resiliencev1alpha1.LabelUnboundReportTokensAllowed)
 	}
 	// And its check of the override's audit record, which holds without the webhook.
 	var audit admissionregistrationv1.ValidatingAdmissionPolicy
