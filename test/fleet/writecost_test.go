@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/fusebox-dev/fusebox/internal/localcluster"
@@ -28,7 +30,10 @@ import (
 // it) with one pod's entry changed each time: by server-side apply of the whole object,
 // as the agent writes (internal/nodeagent, writer.go); by an update (PUT) of the whole
 // object; by a JSON patch of that one entry. Besides ns/op it reports the API server's
-// CPU per write (`apiserver-cpu-ms/op`, /proc) and the object's size as stored.
+// CPU per write (`apiserver-cpu-ms/op`, /proc), the object's size as stored and, of that,
+// its managedFields'. With FLEET_PROFILE set to a directory it also keeps a CPU profile
+// of the API server over each sub-benchmark (write-pods=P-how-apiserver.pprof), which
+// says where a write's CPU goes.
 //
 //	KUBEBUILDER_ASSETS="$(hack/envtest.sh)" go test -run '^$' -bench NodeReportWrite -benchtime 100x -count 3 ./test/fleet
 func BenchmarkNodeReportWrite(b *testing.B) {
@@ -38,8 +43,11 @@ func BenchmarkNodeReportWrite(b *testing.B) {
 	}
 	defer func() { _ = cluster.Stop() }()
 	ctx := context.Background()
-	h := &harness{t: b, ctx: ctx, cfg: cluster.Config}
+	h := &harness{t: b, ctx: ctx, cfg: cluster.Config, s: settings{profile: os.Getenv("FLEET_PROFILE")}}
 	if h.cs, err = kubernetes.NewForConfig(cluster.Config); err != nil {
+		b.Fatal(err)
+	}
+	if h.hc, err = rest.HTTPClientFor(cluster.Config); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := h.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}, metav1.CreateOptions{}); err != nil {
@@ -74,6 +82,9 @@ func BenchmarkNodeReportWrite(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				// The profile covers the first 10 s of the writes, which run longer than
+				// that at 100 pods with -benchtime 20x or more.
+				profiled := h.profile(fmt.Sprintf("write-pods=%d-%s", pods, how), 10*time.Second)
 				cpu0, _ := cpuSeconds(apiPID)
 				for i := 0; b.Loop(); i++ {
 					if stored, err = writeReport(ctx, reports, how, obj, i, stored); err != nil {
@@ -81,9 +92,12 @@ func BenchmarkNodeReportWrite(b *testing.B) {
 					}
 				}
 				cpu1, _ := cpuSeconds(apiPID)
+				profiled()
 				b.ReportMetric((cpu1-cpu0)*1000/float64(b.N), "apiserver-cpu-ms/op")
 				raw, _ := json.Marshal(stored.Object)
 				b.ReportMetric(float64(len(raw)), "stored-B")
+				mf, _ := json.Marshal(stored.GetManagedFields())
+				b.ReportMetric(float64(len(mf)), "managedFields-B")
 			})
 		}
 	}
