@@ -125,18 +125,23 @@ bench-cluster: envtest ## Measure config and verdict propagation with 20 instanc
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^$$' -bench Propagation -benchtime 50x ./test/e2e
 
 # make bench-fleet: N in-process pods (FLEET_PODS) and the manager binary as a
-# separate process on envtest; see test/fleet for the other FLEET_* knobs
+# separate process on envtest. FLEET_NODES=M binds the pods to M nodes and wires
+# them to M node agents (internal/nodeagent) under node-bound identities, in
+# node host processes (FLEET_NODE_HOSTS, default one per 2,000 pods); unset, every
+# pod writes its own BreakerReport. See test/fleet for the other FLEET_* knobs
 # (FLEET_CYCLES, FLEET_SPEC_SAMPLES, FLEET_BREAKERS, FLEET_WAIT_CAP,
 # FLEET_SETTLE_CAP, FLEET_STEADY, FLEET_MANAGER_LOG, FLEET_SCENARIOS, FLEET_PROFILE,
 # FLEET_RESTART_BREAKERS, FLEET_RESTART_NAMESPACES), which it passes on.
 FLEET_PODS ?= 500
+FLEET_NODES ?=
+FLEET_NODE_HOSTS ?=
 FLEET_CLUSTER_PODS ?= 10000
 FLEET_OUT ?=
 
 .PHONY: bench-fleet
-bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, default 500) and the real manager on envtest; table to FLEET_OUT.
+bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, default 500), on M node agents with FLEET_NODES, and the real manager on envtest; table to FLEET_OUT.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
-	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_CLUSTER_PODS="$(FLEET_CLUSTER_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
+	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_NODES="$(FLEET_NODES)" FLEET_NODE_HOSTS="$(FLEET_NODE_HOSTS)" FLEET_CLUSTER_PODS="$(FLEET_CLUSTER_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestFleet$$' -v -count=1 -timeout 3h ./test/fleet
 
 ##@ Build

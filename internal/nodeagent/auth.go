@@ -57,6 +57,14 @@ const (
 	// concurrentReviews bounds the TokenReviews in flight, so that a flood of unknown
 	// tokens from the network costs the API server a few requests at a time.
 	concurrentReviews = 4
+	// maxPendingReviews bounds the tokens waiting for a review; past it a new token is
+	// answered 503 at once, so that a flood of them holds no more than this.
+	maxPendingReviews = 512
+	// reviewTimeout bounds one TokenReview, waiting for its turn included. It is not
+	// the request's: a review outlives the request that asked for it, so that a pod
+	// whose request gave up on a slow API server finds the answer kept when it asks
+	// again, instead of starting another review that would give up as well.
+	reviewTimeout = 60 * time.Second
 )
 
 // authenticator checks tokens with TokenReview and keeps the answers: a token the API
@@ -71,8 +79,16 @@ type authenticator struct {
 	mu      sync.Mutex
 	known   map[string]knownToken // guarded by mu: by token
 	refused map[string]refusedToken
+	pending map[string]*review // the reviews under way, by token: one per token
 
 	reviews atomic.Int64
+}
+
+// review is one TokenReview under way; done is closed once id and err are set.
+type review struct {
+	done chan struct{}
+	id   identity
+	err  error
 }
 
 type knownToken struct {
@@ -89,7 +105,7 @@ type refusedToken struct {
 func newAuthenticator(client authnclient.TokenReviewInterface, clk clock.PassiveClock) *authenticator {
 	return &authenticator{
 		client: client, clock: clk, sem: make(chan struct{}, concurrentReviews),
-		known: map[string]knownToken{}, refused: map[string]refusedToken{},
+		known: map[string]knownToken{}, refused: map[string]refusedToken{}, pending: map[string]*review{},
 	}
 }
 
@@ -129,6 +145,39 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 		return identity{}, refuse(http.StatusUnauthorized, "the token is not for audience %s (it is for %q): project a service-account token with that audience", breakerconfig.NodeAgentAudience, claims.audiences)
 	}
 
+	// Every request with this token waits for the one review of it.
+	a.mu.Lock()
+	rv, ok := a.pending[token]
+	if !ok {
+		if len(a.pending) >= maxPendingReviews {
+			a.mu.Unlock()
+			return identity{}, refuse(http.StatusServiceUnavailable, "too many tokens are waiting to be checked with the API server: ask again shortly")
+		}
+		rv = &review{done: make(chan struct{})}
+		a.pending[token] = rv
+		go a.review(token, claims, rv)
+	}
+	a.mu.Unlock()
+	select {
+	case <-rv.done:
+		return rv.id, rv.err
+	case <-ctx.Done():
+		return identity{}, refuse(http.StatusServiceUnavailable, "gave up waiting for the API server to check the token (TokenReview): %v; the answer is kept for the next request", ctx.Err())
+	}
+}
+
+// review asks the API server about token, keeps the answer and hands it to rv's waiters.
+func (a *authenticator) review(token string, claims claims, rv *review) {
+	rv.id, rv.err = a.ask(token, claims)
+	a.mu.Lock()
+	delete(a.pending, token)
+	a.mu.Unlock()
+	close(rv.done)
+}
+
+func (a *authenticator) ask(token string, claims claims) (identity, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), reviewTimeout)
+	defer cancel()
 	select {
 	case a.sem <- struct{}{}:
 		defer func() { <-a.sem }()
@@ -136,15 +185,15 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 		return identity{}, refuse(http.StatusServiceUnavailable, "gave up waiting to check the token: %v", ctx.Err())
 	}
 	a.reviews.Add(1)
-	review, err := a.client.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
+	answer, err := a.client.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
 		Token: token, Audiences: []string{breakerconfig.NodeAgentAudience},
 	}}, metav1.CreateOptions{})
 	if err != nil {
 		// Says nothing about the token: not kept, asked again next time.
 		return identity{}, refuse(http.StatusServiceUnavailable, "cannot check the token with the API server (TokenReview): %v", err)
 	}
-	id, refusal := judge(review.Status)
-	now = a.clock.Now()
+	id, refusal := judge(answer.Status)
+	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if refusal != nil && refusal.status == http.StatusUnauthorized {

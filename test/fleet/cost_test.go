@@ -216,3 +216,75 @@ func (c cpu) minus(o cpu) cpu { return cpu{c.apiServer - o.apiServer, c.operator
 func (c cpu) String() string {
 	return fmt.Sprintf("API server %.2f s, operator %.2f s", c.apiServer, c.operator)
 }
+
+// watches is what the API server says, in apiserver_longrunning_requests, of the watches
+// it holds: per "resource (scope)", how many.
+type watches map[string]float64
+
+func parseWatches(body []byte) watches {
+	out := watches{}
+	_ = samples(strings.NewReader(string(body)), func(name, labels string, v float64) {
+		if name != "apiserver_longrunning_requests" || label(labels, "verb") != "WATCH" || v == 0 {
+			return
+		}
+		out[label(labels, "resource")+" ("+label(labels, "scope")+")"] += v
+	})
+	return out
+}
+
+// configMaps is the ConfigMap watches of a namespace or of a named ConfigMap (the
+// pods' and the node agents' are field-selected on the name, which the API server counts
+// as scope "resource").
+func (w watches) configMaps() float64 {
+	return w["configmaps (resource)"] + w["configmaps (namespace)"]
+}
+
+// config is the watches of the rendered ConfigMaps that pods or node agents hold: the
+// ConfigMap watches more than before the agents started (base: the API server's own, the
+// harness's; the operator's is cluster-wide).
+func (w watches) config(base watches) float64 { return max(w.configMaps()-base.configMaps(), 0) }
+
+func (w watches) total() float64 {
+	var n float64
+	for _, v := range w {
+		n += v
+	}
+	return n
+}
+
+// String: "pods (cluster) 51, configmaps (resource) 51, ..., 38 others of one each",
+// most first: the ConfigMap watches and every resource watched more than once.
+func (w watches) String() string {
+	keys := make([]string, 0, len(w))
+	ones := 0
+	for k, v := range w {
+		if v > 1 || strings.HasPrefix(k, "configmaps ") {
+			keys = append(keys, k)
+		} else {
+			ones++
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if w[keys[i]] != w[keys[j]] {
+			return w[keys[i]] > w[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, 0, len(keys)+1)
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, w[k]))
+	}
+	if ones > 0 {
+		parts = append(parts, fmt.Sprintf("%d others of one each", ones))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// watches reads the API server's /metrics.
+func (h *harness) watches() watches {
+	body := h.apiServerMetrics()
+	if body == nil {
+		return nil
+	}
+	return parseWatches(body)
+}

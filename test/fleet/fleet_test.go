@@ -1,19 +1,13 @@
 package fleet
 
 import (
-	"context"
 	"fmt"
-	"math"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 // row is one line of the results table.
@@ -99,26 +93,40 @@ func (h *harness) startFleet() []row {
 	}
 	writes := h.tr.snapshot().minus(before)
 	r.notes = fmt.Sprintf("agents started in %s; writes until then: %s; API server: %s", fmtDur(startedIn), writes, h.apiWrites().minus(api0))
+	if h.nodes > 0 {
+		st := h.fleet.stats()
+		r.notes += fmt.Sprintf("; node agents: %d TokenReviews, %d pods read live, %d requests refused; before it: %s",
+			st.TokenReviews, st.LiveLookups, st.Refused, strings.Join(h.nodeNotes, "; "))
+	}
 	logf("start: %s (%s)", r.measured, r.notes)
 	return []row{r}
+}
+
+// podSideWrites says what the pods (and in node mode their agents) sent between two
+// stats.
+func (h *harness) podSideWrites(a, b HostStats) string {
+	if h.nodes == 0 {
+		return fmt.Sprintf("pod-side writes %d", b.APIWrites-a.APIWrites)
+	}
+	return fmt.Sprintf("pods' reports to their agents %d, node agents' writes %d", b.Reports-a.Reports, b.AgentWrites-a.AgentWrites)
 }
 
 // steadyState counts every write while nothing happens.
 func (h *harness) steadyState() row {
 	note := h.settle("the start")
-	before, pw := h.tr.snapshot(), h.podWrites.Load()
+	before, st0 := h.tr.snapshot(), h.fleet.stats()
 	logf("steady state: watching for %s", h.s.steady)
 	select {
 	case <-time.After(h.s.steady):
 	case <-h.ctx.Done():
 	}
-	d := h.tr.snapshot().minus(before)
+	d, st := h.tr.snapshot().minus(before), h.fleet.stats()
 	r := row{
 		scenario: fmt.Sprintf("steady state, %s with nothing happening: writes (%s)", fmtDur(h.s.steady), strings.Join(h.kinds, ", ")),
 		target:   "0",
 		measured: fmt.Sprint(d.total()),
 		meets:    yesNo(d.total() == 0),
-		notes:    fmt.Sprintf("%s; pod-side writes %d; before it: %s", d, h.podWrites.Load()-pw, note),
+		notes:    fmt.Sprintf("%s; %s; before it: %s", d, h.podSideWrites(st0, st), note),
 	}
 	logf("steady: %s (%s)", r.measured, r.notes)
 	return r
@@ -139,30 +147,13 @@ func (h *harness) specChanges() row {
 		}
 		current = percent
 		want := float64(percent) / 100
-		brs := make([]*breaker.Breaker, n)
-		for j, p := range h.pods {
-			brs[j] = p.breaker(mainBreaker)
-		}
-		seen := make([]bool, n)
-		left := n
 		before := h.tr.snapshot()
 		start := time.Now()
 		if err := h.patchSpec(mainBreaker, fmt.Sprintf(`{"spec":{"failureRatePercent":%d}}`, percent)); err != nil {
 			h.t.Fatal(err)
 		}
-		deadline := start.Add(h.s.waitCap)
-		for left > 0 && time.Now().Before(deadline) && h.ctx.Err() == nil {
-			for j, b := range brs {
-				if !seen[j] && math.Abs(b.Policy().FailureRatio-want) < 1e-9 {
-					seen[j] = true
-					left--
-					perPod = append(perPod, time.Since(start))
-				}
-			}
-			if left > 0 {
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
+		times, left := h.waitPolicy(mainBreaker, want, start, start.Add(h.s.waitCap))
+		perPod = append(perPod, times...)
 		if left == 0 {
 			reached++
 			all = append(all, time.Since(start))
@@ -330,19 +321,12 @@ func (h *harness) tripCycles() []row {
 func (h *harness) tripCycle(c int) cycle {
 	n := int64(h.s.pods)
 	var out cycle
-	brs := make([]*breaker.Breaker, len(h.pods))
-	for i, p := range h.pods {
-		brs[i] = p.breaker(mainBreaker)
-	}
 	seq0 := h.tr.breaker(mainBreaker).seq
 	m0, _ := h.mgr.scrape(h.ctx)
 	api0 := h.apiWrites()
 
-	start := time.Now()
-	for _, b := range brs {
-		b.Trip()
-	}
-	out.tripSpread = time.Since(start)
+	start, spread := h.trip(mainBreaker, 1)
+	out.tripSpread = spread
 	tripped := start.Add(out.tripSpread)
 	deadline := start.Add(h.s.waitCap)
 
@@ -378,20 +362,7 @@ func (h *harness) tripCycle(c int) cycle {
 	api1 := h.apiWrites()
 	rstart := time.Now()
 	rdeadline := rstart.Add(h.s.waitCap)
-	stillOpen := 0
-	for _, b := range brs {
-		for {
-			err := b.Execute(h.ctx, func(context.Context) error { return nil })
-			if err == nil {
-				break
-			}
-			if time.Now().After(rdeadline) {
-				stillOpen++
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	stillOpen := h.recoverPods(mainBreaker, rdeadline)
 	out.closeSpread = time.Since(rstart)
 	got, ok = h.tr.waitFor(h.ctx, mainBreaker, rstart, rdeadline, func(o *unstructured.Unstructured) bool {
 		return memberCount(o, "closed") == n && condition(o, "Open") == "False"
@@ -410,48 +381,4 @@ func (h *harness) tripCycle(c int) cycle {
 		logf("cycle %d/%d recovery: not reached (%s)", c+1, h.s.cycles, out.partialClosed)
 	}
 	return out
-}
-
-// report prints the table, and writes it to FLEET_OUT when set.
-func (h *harness) report(rows []row) {
-	var b strings.Builder
-	commit := "unknown"
-	if out, err := exec.Command("git", "-C", repoRoot, "log", "-1", "--format=%h %s").Output(); err == nil {
-		commit = strings.TrimSpace(string(out))
-	}
-	if out, err := exec.Command("git", "-C", repoRoot, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
-		commit += " (with uncommitted changes)"
-	}
-	kinds := strings.Join(h.kinds, ", ")
-	fmt.Fprintf(&b, "Fleet benchmark, N=%d pods (make bench-fleet)\n\n", h.s.pods)
-	if why := h.abortReason(); why != "" {
-		fmt.Fprintf(&b, "- **ABORTED**: %s; the steps after that are missing or partial\n", why)
-	}
-	fmt.Fprintf(&b, "- commit: %s\n", commit)
-	fmt.Fprintf(&b, "- run: %s, %s; %d CPUs (GOMAXPROCS %d), %s\n", h.started.UTC().Format(time.RFC3339), fmtDur(time.Since(h.started)), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	fmt.Fprintf(&b, "- load: at start `%s`; at end `%s`\n", h.startUptime, uptime())
-	fmt.Fprintf(&b, "- command: `make bench-fleet FLEET_PODS=%d FLEET_CYCLES=%d FLEET_SPEC_SAMPLES=%d FLEET_BREAKERS=%d FLEET_WAIT_CAP=%s FLEET_SETTLE_CAP=%s FLEET_STEADY=%s FLEET_CLUSTER_PODS=%d FLEET_RESTART_BREAKERS=%d FLEET_RESTART_NAMESPACES=%d%s`\n",
-		h.s.pods, h.s.cycles, h.s.specSamples, h.s.breakers, h.s.waitCap, h.s.settleCap, h.s.steady, h.s.clusterPods, h.s.restartBreakers, h.s.restartNamespaces, scenarios(h.s))
-	if h.mgr != nil {
-		fmt.Fprintf(&b, "- operator: the manager binary as a separate process, `%s`\n", strings.Join(h.mgr.args, " "))
-	}
-	fmt.Fprintf(&b, "- identities: pods as service account %s of %s with their pod-bound extras, the operator as %s/%s (config/rbac), config/flowcontrol and config/policy applied\n", appServiceAccount, namespace, operatorNamespace, operatorAccount)
-	fmt.Fprintf(&b, "- writes counted from watch events (ADDED/MODIFIED/DELETED) in the namespace: %s\n", kinds)
-	fmt.Fprintf(&b, "- pods' own API writes (client side, whole run): %d, of which %d failed\n\n", h.podWrites.Load(), h.podWriteErrors.Load())
-	b.WriteString("| scenario | target | measured | meets | notes |\n| --- | --- | --- | --- | --- |\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.scenario, r.target, r.measured, r.meets, r.notes)
-	}
-	fmt.Println()
-	fmt.Print(b.String())
-	if why := h.abortReason(); why != "" {
-		h.t.Errorf("aborted: %s", why)
-	}
-	if h.s.out != "" {
-		if err := os.WriteFile(h.s.out, []byte(b.String()), 0o644); err != nil {
-			logf("write %s: %v", h.s.out, err)
-		} else {
-			logf("table written to %s", h.s.out)
-		}
-	}
 }

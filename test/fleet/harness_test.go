@@ -3,31 +3,27 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/fusebox-dev/fusebox/internal/localcluster"
-	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 const (
@@ -41,15 +37,6 @@ const (
 	// out writes again after it.
 	quietFor = 6 * time.Second
 )
-
-// pod is one in-process application pod: a Pod object and an agent.
-type pod struct {
-	name  string
-	uid   types.UID
-	agent *kube.Agent
-}
-
-func (p *pod) breaker(name string) *breaker.Breaker { return p.agent.Registry().Get(name) }
 
 type harness struct {
 	t       testing.TB
@@ -68,16 +55,20 @@ type harness struct {
 
 	ctx    context.Context // the harness's watches and samplers
 	cancel context.CancelFunc
+	tmp    string
 
-	agentCtx  context.Context
-	agentStop context.CancelFunc
-	pods      []*pod
-
-	// Client-side counts of the agents' requests to the API server.
-	podWrites, podWriteErrors atomic.Int64
-	// podWritesInFlight is the agents' writes sent and not answered yet;
-	// podWriteEnded the Unix nanoseconds of the last answer.
-	podWritesInFlight, podWriteEnded atomic.Int64
+	// pods are the fleet's pods; fleet the hosts that run them (host_test.go): this
+	// process, or with FLEET_NODES the node hosts.
+	pods  []HostPod
+	fleet fleet
+	// Node mode: how many nodes, their objects, each node host's share, and what
+	// setting them up cost.
+	nodes     int
+	nodeObjs  []HostNode
+	hostNodes [][]HostNode
+	nodeNotes []string
+	// watches0 are the API server's watches before any pod or agent ran.
+	watches0 watches
 
 	heapMu              sync.Mutex
 	heapPeak, phasePeak float64
@@ -99,10 +90,11 @@ func logf(format string, a ...any) {
 // newHarness starts the control plane and the manager, creates the namespace,
 // starts counting writes and sampling the manager's heap.
 func newHarness(t testing.TB, s settings) *harness {
-	h := &harness{t: t, s: s, startUptime: uptime(), started: time.Now()}
+	h := &harness{t: t, s: s, nodes: s.nodes, startUptime: uptime(), started: time.Now()}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	t.Cleanup(h.close)
 	tmp := t.TempDir()
+	h.tmp = tmp
 
 	logf("starting the control plane (envtest)")
 	cluster, err := localcluster.Start(repoRoot, filepath.Join(tmp, "kubeconfig"))
@@ -152,9 +144,30 @@ func newHarness(t testing.TB, s settings) *harness {
 		t.Fatal(err)
 	}
 
+	if h.nodes > 0 {
+		logf("creating %d nodes and their agents' pods", h.nodes)
+		if err := h.createNodes(h.nodes); err != nil {
+			t.Fatal(err)
+		}
+		hosts := s.nodeHosts
+		if hosts == 0 {
+			hosts = (s.pods + hostPods - 1) / hostPods
+		}
+		note, err := h.startNodeHosts(hosts, time.Now().Add(s.waitCap))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.nodeNotes = append(h.nodeNotes, note)
+	}
+
 	h.kinds = []string{kindCircuitBreaker, kindConfigMap}
-	if h.served(breakerReportsGVR.GroupVersion().String(), breakerReportsGVR.Resource) {
-		h.kinds = append(h.kinds, kindBreakerReport)
+	for _, k := range []struct {
+		kind string
+		gvr  schema.GroupVersionResource
+	}{{kindBreakerReport, breakerReportsGVR}, {kindNodeBreakerReport, nodeBreakerReportsGVR}} {
+		if h.served(k.gvr.GroupVersion().String(), k.gvr.Resource) {
+			h.kinds = append(h.kinds, k.kind)
+		}
 	}
 	h.tr = newTracker(h.kinds...)
 	for _, k := range h.kinds {
@@ -166,6 +179,8 @@ func newHarness(t testing.TB, s settings) *harness {
 			go h.tr.watchKind(h.ctx, h.dc, configMapsGVR, namespace, k, listed, logf)
 		case kindBreakerReport:
 			go h.tr.watchKind(h.ctx, h.dc, breakerReportsGVR, namespace, k, listed, logf)
+		case kindNodeBreakerReport:
+			go h.tr.watchKind(h.ctx, h.dc, nodeBreakerReportsGVR, namespace, k, listed, logf)
 		}
 		select {
 		case <-listed:
@@ -173,7 +188,8 @@ func newHarness(t testing.TB, s settings) *harness {
 			t.Fatalf("could not list %s within a minute", k)
 		}
 	}
-	h.agentCtx, h.agentStop = context.WithCancel(context.Background())
+	// Before any pod runs, and before a node agent has a pod to watch config for.
+	h.watches0 = h.watches()
 	go h.sampleHeap()
 	go h.guardMemory()
 	return h
@@ -199,19 +215,11 @@ func (h *harness) close() { h.closeOnce.Do(h.stopAll) }
 
 func (h *harness) stopAll() {
 	h.cancel()
-	if h.agentStop != nil {
-		h.agentStop()
-		deadline := time.After(30 * time.Second)
-	wait:
-		for _, p := range h.pods {
-			select {
-			case <-p.agent.Done():
-			case <-deadline:
-				logf("agents still running 30 s after being stopped; going on")
-				break wait
-			}
-		}
+	var wg sync.WaitGroup
+	for _, f := range h.fleet {
+		wg.Go(f.close)
 	}
+	wg.Wait()
 	if h.mgr != nil {
 		h.mgr.stop()
 	}
@@ -224,122 +232,75 @@ func (h *harness) stopAll() {
 
 // createPods creates the fleet's Pod objects. envtest runs no scheduler and no
 // kubelet: they stay Pending, which is enough for the operator to count their
-// reports.
+// reports. In node mode they are bound to their nodes and each gets its token for its
+// node's agent.
 func (h *harness) createPods(n int) {
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("app-%d", i)
+	if h.nodes > 0 {
+		dir := filepath.Join(h.tmp, "tokens")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			h.t.Fatal(err)
+		}
+		note, err := h.createBoundPods(n, dir)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.nodeNotes = append(h.nodeNotes, note)
+		return
 	}
 	err := h.createPodObjects(namespace, n, func(i int) *corev1.Pod {
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: names[i], Labels: map[string]string{"app": "fleet"}},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i), Labels: map[string]string{"app": "fleet"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 		}
 	})
 	if err != nil {
 		h.t.Fatalf("create pods: %v", err)
 	}
+	if err := h.listPods(n); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// listPods reads the UIDs of the fleet's n pods, app-0 to app-(n-1), into h.pods.
+func (h *harness) listPods(n int) error {
 	list, err := h.cs.CoreV1().Pods(namespace).List(h.ctx, metav1.ListOptions{})
 	if err != nil {
-		h.t.Fatalf("list pods: %v", err)
+		return fmt.Errorf("list pods: %w", err)
 	}
 	uids := map[string]types.UID{}
 	for _, p := range list.Items {
 		uids[p.Name] = p.UID
 	}
-	for _, name := range names {
-		h.pods = append(h.pods, &pod{name: name, uid: uids[name]})
-	}
-}
-
-// createPodObjects creates n pods in ns, 16 at a time.
-func (h *harness) createPodObjects(ns string, n int, mk func(i int) *corev1.Pod) error {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		next atomic.Int64
-	)
-	for range 16 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if _, err := h.cs.CoreV1().Pods(ns).Create(h.ctx, mk(i), metav1.CreateOptions{}); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return fmt.Errorf("%d of %d failed, first: %w", len(errs), n, errs[0])
+	for i := range n {
+		name := fmt.Sprintf("app-%d", i)
+		if uids[name] == "" {
+			return fmt.Errorf("pod %s was not created", name)
+		}
+		h.pods = append(h.pods, HostPod{Index: i, Name: name, UID: string(uids[name])})
 	}
 	return nil
 }
 
-// countingTransport counts an agent's writes (every request but GET and HEAD)
-// and the ones that failed.
-type countingTransport struct {
-	next http.RoundTripper
-	h    *harness
+// createPodObjects creates n pods in ns, 16 at a time.
+func (h *harness) createPodObjects(ns string, n int, mk func(i int) *corev1.Pod) error {
+	return parallel(n, func(i int) error {
+		_, err := h.cs.CoreV1().Pods(ns).Create(h.ctx, mk(i), metav1.CreateOptions{})
+		return err
+	})
 }
 
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		return c.next.RoundTrip(r)
-	}
-	c.h.podWritesInFlight.Add(1)
-	resp, err := c.next.RoundTrip(r)
-	c.h.podWriteEnded.Store(time.Now().UnixNano())
-	c.h.podWritesInFlight.Add(-1)
-	c.h.podWrites.Add(1)
-	if err != nil || resp.StatusCode >= 400 {
-		c.h.podWriteErrors.Add(1)
-	}
-	return resp, err
-}
-
-// WrappedRoundTripper lets client-go reach the transport underneath, to close
-// the agent's idle connections when it stops.
-func (c countingTransport) WrappedRoundTripper() http.RoundTripper { return c.next }
-
-// agentConfig is one pod's rest.Config: its own copy, under the pod's own
-// identity (identity_test.go), at client-go's default rate limits as
-// rest.InClusterConfig gives a real pod (5 QPS, burst 10), and with its own
-// connections: a Proxy func keeps client-go from sharing one cached transport
-// between the agents, as separate processes would not.
-func (h *harness) agentConfig(p *pod) *rest.Config {
-	c := rest.CopyConfig(h.cluster.Config)
-	c.Impersonate = podIdentity(namespace, p.name, p.uid)
-	c.QPS, c.Burst = 0, 0
-	c.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
-	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, h: h} })
-	return c
-}
-
-// startAgents starts every pod's agent and has each use the named breakers.
+// startAgents starts every pod's agent and has each use the named breakers: in this
+// process, or in node mode in the node hosts, wired to their nodes' agents.
 func (h *harness) startAgents(breakers ...string) {
-	quiet := slog.New(slog.DiscardHandler)
-	for _, p := range h.pods {
-		a, err := kube.StartAgent(h.agentCtx, kube.Options{
-			Config:    h.agentConfig(p),
-			Namespace: namespace,
-			Pod:       p.name,
-			PodUID:    string(p.uid),
-			Logger:    quiet,
-		})
-		if err != nil {
-			h.t.Fatalf("start agent of %s: %v", p.name, err)
-		}
-		p.agent = a
-		for _, b := range breakers {
-			a.Registry().Get(b)
-		}
+	if h.nodes == 0 {
+		h.fleet = fleet{localHost{newHost(h.cluster.Config)}}
+	}
+	shares := h.hostPodsOf()
+	took := make([]time.Duration, len(h.fleet))
+	if err := h.fleet.each("StartPods", func(i int) any {
+		return StartPodsArgs{Namespace: namespace, Pods: shares[i], Breakers: breakers}
+	}, func(i int) any { return &took[i] }); err != nil {
+		h.t.Fatal(err)
 	}
 }
 
@@ -397,17 +358,11 @@ func (h *harness) waitPublished(names []string, deadline time.Time) error {
 }
 
 // settle waits until no counted write has been seen, and no pod has had a
-// write in flight, for quietFor (at most settleCap), so the next sample starts
+// write in flight (nor, in node mode, a pod or an agent a change waiting), for quietFor (at most settleCap), so the next sample starts
 // on a quiet system; it returns a note.
 func (h *harness) settle(what string) string {
 	start := time.Now()
-	busy := func() time.Time {
-		if h.podWritesInFlight.Load() > 0 {
-			return time.Now()
-		}
-		return time.Unix(0, h.podWriteEnded.Load())
-	}
-	if h.tr.quiet(h.ctx, quietFor, start.Add(h.s.settleCap), busy) {
+	if h.tr.quiet(h.ctx, quietFor, start.Add(h.s.settleCap), h.busy) {
 		d := time.Since(start)
 		logf("settled after %s in %s", what, d.Round(time.Millisecond))
 		return fmt.Sprintf("quiet %s after %s", fmtDur(d), what)

@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 
@@ -27,6 +29,9 @@ const (
 	appServiceAccount = "app"
 	operatorNamespace = "fusebox-system"
 	operatorAccount   = "fusebox-controller-manager"
+	// The node agents' service account and ClusterRole, as config/default names them.
+	nodeAgentAccount = "fusebox-node"
+	nodeAgentRole    = "fusebox-node"
 )
 
 // installIdentities applies what a cluster with Fusebox installed holds for those
@@ -45,11 +50,11 @@ func (h *harness) installIdentities(ctx context.Context) error {
 	if _, err := h.cs.CoreV1().ServiceAccounts(operatorNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: operatorAccount}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	manager, err := clusterRole("role.yaml", "fusebox-manager-role")
+	manager, err := clusterRole(filepath.Join("config", "rbac", "role.yaml"), "fusebox-manager-role")
 	if err != nil {
 		return err
 	}
-	client, err := clusterRole("breaker_client_role.yaml", "fusebox-breaker-client")
+	client, err := clusterRole(filepath.Join("config", "rbac", "breaker_client_role.yaml"), "fusebox-breaker-client")
 	if err != nil {
 		return err
 	}
@@ -83,9 +88,10 @@ func (h *harness) bindApp(ctx context.Context, ns string) error {
 	return err
 }
 
-// clusterRole reads a ClusterRole of config/rbac under the name config/default gives it.
+// clusterRole reads the ClusterRole of file (relative to the repository) under the name
+// config/default gives it.
 func clusterRole(file, name string) (*rbacv1.ClusterRole, error) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "config", "rbac", file))
+	raw, err := os.ReadFile(filepath.Join(repoRoot, file))
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +114,27 @@ func podIdentity(ns, pod string, uid types.UID) rest.ImpersonationConfig {
 			"authentication.kubernetes.io/pod-uid":  {string(uid)},
 		},
 	}
+}
+
+// agentIdentity is the user the API server authenticates from the projected token of
+// node n's agent pod: service account fusebox-node, with the node and pod extras of a
+// token bound to a pod on a node. The agent learns its Node's UID from them
+// (SelfSubjectReview) and the admission policy judges its reports by them.
+func agentIdentity(base *rest.Config, n HostNode) *rest.Config {
+	c := rest.CopyConfig(base)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + operatorNamespace + ":" + nodeAgentAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, "system:authenticated"},
+		Extra: map[string][]string{
+			"authentication.kubernetes.io/node-name": {n.Name},
+			"authentication.kubernetes.io/node-uid":  {n.UID},
+			"authentication.kubernetes.io/pod-name":  {n.AgentPod},
+			"authentication.kubernetes.io/pod-uid":   {n.AgentPodUID},
+		},
+	}
+	// Its own connections, as a process of its own would have (see Host.podConfig).
+	c.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	return c
 }
 
 // operatorKubeconfig writes a copy of the administrator's kubeconfig at path that

@@ -6,10 +6,16 @@
 // writes they cost, how big the CircuitBreaker grows, and the operator's heap,
 // and prints one markdown table (also written to $FLEET_OUT when set).
 //
+// With FLEET_NODES=M the pods are bound to M nodes and report and read their
+// config through their node's agent (docs/design.md §9), the real
+// internal/nodeagent, M of them in node host processes of this test binary
+// (nodehost_test.go), each under the identity a real agent pod's token gives it.
+//
 // It is design-agnostic: it talks only to CircuitBreaker objects (spec,
 // status.conditions, status.memberCounts, status.state), Pods, ConfigMaps,
-// BreakerReports when the API server serves them, and in-process agents
-// through kube.StartAgent and their breakers. It never reads status.members.
+// BreakerReports and NodeBreakerReports when the API server serves them, the
+// API server's /metrics, and agents through kube.StartAgent and their breakers.
+// It never reads status.members.
 //
 // Every wait is capped. The run stops itself, the API server first, when the
 // machine has less than max(2 GiB, 10%) of its memory available: at N=500 on a
@@ -19,6 +25,12 @@
 // It runs only with FLEET_BENCH=1, so `make test` skips it. Knobs (environment):
 //
 //	FLEET_PODS          pods (default 500)
+//	FLEET_NODES         nodes (default 0: none, every pod writes its own BreakerReport and
+//	                    watches its ConfigMap). M > 0 runs M node agents (internal/nodeagent)
+//	                    under node-bound identities, with the pods bound to the nodes in
+//	                    equal blocks and wired to their node's agent (nodes_test.go)
+//	FLEET_NODE_HOSTS    node host processes the nodes are spread over (default: one per
+//	                    2,000 pods; a process here may hold at most 20,000 open files)
 //	FLEET_BREAKERS      CircuitBreakers in the heap scenario (default 10)
 //	FLEET_CYCLES        trip/recover cycles (default 5)
 //	FLEET_SPEC_SAMPLES  spec changes (default 5)
@@ -51,6 +63,7 @@ import (
 type settings struct {
 	pods, breakers, cycles, specSamples int
 	clusterPods                         int
+	nodes, nodeHosts                    int
 	restartBreakers, restartNamespaces  int
 	scenarios                           map[string]bool // nil: all
 	waitCap, settleCap, steady          time.Duration
@@ -75,14 +88,20 @@ func loadSettings() (settings, error) {
 	for _, v := range []struct {
 		env string
 		dst *int
-	}{{"FLEET_PODS", &s.pods}, {"FLEET_BREAKERS", &s.breakers}, {"FLEET_CYCLES", &s.cycles}, {"FLEET_SPEC_SAMPLES", &s.specSamples}, {"FLEET_CLUSTER_PODS", &s.clusterPods}, {"FLEET_RESTART_BREAKERS", &s.restartBreakers}, {"FLEET_RESTART_NAMESPACES", &s.restartNamespaces}} {
+	}{{"FLEET_PODS", &s.pods}, {"FLEET_BREAKERS", &s.breakers}, {"FLEET_CYCLES", &s.cycles}, {"FLEET_SPEC_SAMPLES", &s.specSamples}, {"FLEET_CLUSTER_PODS", &s.clusterPods}, {"FLEET_RESTART_BREAKERS", &s.restartBreakers}, {"FLEET_RESTART_NAMESPACES", &s.restartNamespaces}, {"FLEET_NODES", &s.nodes}, {"FLEET_NODE_HOSTS", &s.nodeHosts}} {
 		if e := os.Getenv(v.env); e != "" {
 			n, err := strconv.Atoi(e)
-			if err != nil || n < 0 || n == 0 && v.env != "FLEET_CLUSTER_PODS" && v.env != "FLEET_RESTART_BREAKERS" {
+			if err != nil || n < 0 || n == 0 && !zeroMeansOff[v.env] {
 				return s, errorf("%s=%q: want a positive integer", v.env, e)
 			}
 			*v.dst = n
 		}
+	}
+	if s.nodes > s.pods {
+		return s, errorf("FLEET_NODES=%d: more nodes than pods (FLEET_PODS=%d)", s.nodes, s.pods)
+	}
+	if s.nodeHosts > 0 && s.nodes == 0 {
+		return s, errorf("FLEET_NODE_HOSTS=%d without FLEET_NODES: node hosts run nodes", s.nodeHosts)
 	}
 	if e := os.Getenv("FLEET_SCENARIOS"); e != "" {
 		s.scenarios = map[string]bool{"start": true}
@@ -107,6 +126,21 @@ func loadSettings() (settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// zeroMeansOff are the knobs whose 0 turns something off rather than being refused.
+var zeroMeansOff = map[string]bool{"FLEET_CLUSTER_PODS": true, "FLEET_RESTART_BREAKERS": true, "FLEET_NODES": true, "FLEET_NODE_HOSTS": true}
+
+// nodeKnobs is the node mode's part of the command, or "".
+func nodeKnobs(s settings) string {
+	if s.nodes == 0 {
+		return ""
+	}
+	out := " FLEET_NODES=" + strconv.Itoa(s.nodes)
+	if s.nodeHosts > 0 {
+		out += " FLEET_NODE_HOSTS=" + strconv.Itoa(s.nodeHosts)
+	}
+	return out
 }
 
 // runs reports whether scenario is to run.

@@ -118,6 +118,10 @@ func startManager(bin, kubeconfig, logPath string) (*manager, error) {
 		// call nobody, and the manager needs no certificate.
 		args = append(args, "--webhook-cert-mode=off")
 	}
+	if flags["operator-namespace"] {
+		// Where the node agents' pods are, when the run has them (FLEET_NODES).
+		args = append(args, "--operator-namespace="+operatorNamespace)
+	}
 	if flags["metrics-secure"] {
 		args = append(args, "--metrics-secure=false")
 	}

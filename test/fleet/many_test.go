@@ -33,11 +33,7 @@ func (h *harness) manyBreakers() []row {
 	h.resetPhasePeak()
 	api0 := h.apiWrites()
 	start := time.Now()
-	for _, p := range h.pods {
-		for _, name := range names {
-			p.breaker(name)
-		}
-	}
+	h.use(names...)
 	deadline := start.Add(h.s.waitCap)
 	var behind []string
 	for _, name := range names {

@@ -153,6 +153,9 @@ func (h *harness) apiWrites() apiWrites {
 	if slices.Contains(h.kinds, kindBreakerReport) {
 		resources[breakerReportsGVR.Resource] = true
 	}
+	if slices.Contains(h.kinds, kindNodeBreakerReport) {
+		resources[nodeBreakerReportsGVR.Resource] = true
+	}
 	body := h.apiServerMetrics()
 	if body == nil {
 		return nil

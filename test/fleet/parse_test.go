@@ -57,3 +57,24 @@ func TestParseFlowWaits(t *testing.T) {
 		t.Errorf("p99 bound %v, want 0.05 (2 of 100 above 5 ms)", q)
 	}
 }
+
+// TestParseWatches: the watches the API server holds, by resource and scope, and the
+// config watches as what the ConfigMap watches grew by.
+func TestParseWatches(t *testing.T) {
+	const name = "apiserver_longrunning_requests"
+	line := func(verb, resource, scope string, v int) string {
+		return name + `{component="apiserver",group="",resource="` + resource + `",scope="` + scope + `",subresource="",verb="` + verb + `",version="v1"} ` + strconv.Itoa(v) + "\n"
+	}
+	base := parseWatches([]byte(line("WATCH", "configmaps", "resource", 1) + line("WATCH", "configmaps", "namespace", 1)))
+	w := parseWatches([]byte(line("WATCH", "configmaps", "resource", 51) + line("WATCH", "configmaps", "namespace", 1) +
+		line("WATCH", "pods", "cluster", 52) + line("CONNECT", "pods", "namespace", 3) + line("WATCH", "nodes", "cluster", 0)))
+	if got := w.config(base); got != 50 {
+		t.Errorf("config watches %v, want 50", got)
+	}
+	if got := w.total(); got != 104 {
+		t.Errorf("all watches %v, want 104 (CONNECT and zero gauges are no watches)", got)
+	}
+	if got := w.String(); got != "pods (cluster) 52, configmaps (resource) 51, configmaps (namespace) 1" {
+		t.Errorf("String() = %q", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,13 +101,11 @@ func (h *harness) restartAtScale() []row {
 	}
 }
 
+// isReportWrite reports whether an apiWrites key ("VERB resource") is a write of a pod's
+// or a node's report.
 func isReportWrite(k string) bool {
-	for i := len(k) - 1; i >= 0; i-- {
-		if k[i] == ' ' {
-			return k[i+1:] == breakerReportsGVR.Resource
-		}
-	}
-	return false
+	_, res, _ := strings.Cut(k, " ")
+	return res == breakerReportsGVR.Resource || res == nodeBreakerReportsGVR.Resource
 }
 
 func (h *harness) breakersInFleetNamespace() int {

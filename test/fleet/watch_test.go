@@ -24,12 +24,16 @@ const (
 	kindCircuitBreaker = "CircuitBreaker"
 	kindConfigMap      = "ConfigMap"
 	kindBreakerReport  = breakerconfig.ReportKind
+	// kindNodeBreakerReport is counted when the API server serves it (docs/design.md §9).
+	kindNodeBreakerReport = breakerconfig.NodeReportKind
 )
 
 var (
 	circuitBreakersGVR = schema.GroupVersionResource{Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: "circuitbreakers"}
 	breakerReportsGVR  = schema.GroupVersionResource{Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: breakerconfig.ReportResource}
 	configMapsGVR      = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+	nodeBreakerReportsGVR = schema.GroupVersionResource{Group: breakerconfig.Group, Version: breakerconfig.Version, Resource: breakerconfig.NodeReportResource}
 )
 
 // counts is a snapshot of the writes seen per kind.

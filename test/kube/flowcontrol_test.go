@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -69,9 +70,10 @@ func classifiedClientAs(t *testing.T, user rest.ImpersonationConfig) (client.Cli
 }
 
 // TestFlowControlFilesReportsApartFromTheOperator: with config/flowcontrol applied
-// server-side, a pod's BreakerReport write is filed under the pods' bounded priority
-// level and the operator's status write under its own, so the operator never queues
-// behind a storm of reports (docs/rbac.md, "Priority and fairness").
+// server-side, a pod's BreakerReport write and a node agent's TokenReview are filed
+// under the reports' bounded priority level and the operator's status write under its
+// own, so the operator never queues behind a storm of reports (docs/rbac.md, "Priority
+// and fairness").
 func TestFlowControlFilesReportsApartFromTheOperator(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -84,7 +86,11 @@ func TestFlowControlFilesReportsApartFromTheOperator(t *testing.T) {
 		return fs.UID, plc.UID
 	}
 	reportsSchema, reportsLevel := level("breaker-reports")
+	agentsSchema, agentsLevel := level("node-agents")
 	operatorSchema, operatorLevel := level("operator")
+	if agentsLevel != reportsLevel {
+		t.Fatal("the node agents, which carry their pods' reports, are not in the reports' priority level")
+	}
 	if reportsLevel == operatorLevel {
 		t.Fatal("the operator and the pods' reports share a priority level")
 	}
@@ -135,7 +141,19 @@ func TestFlowControlFilesReportsApartFromTheOperator(t *testing.T) {
 		t.Errorf("a pod's read was filed under FlowSchema %q, want a default schema", s)
 	}
 
-	// (b) The operator: its service account as config/default deploys it, with the
+	// (b) A node agent, checking a pod's token: whether the API server lets it (the
+	// answer's status) does not matter, the classification precedes authorization.
+	agent, seenAgent := classifiedClientAs(t, rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:fusebox-system:fusebox-node",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:fusebox-system", "system:authenticated"},
+		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}},
+	})
+	eventually(t, propagation, func() error {
+		_ = agent.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "not-a-token"}})
+		return filedUnder(seenAgent, agentsSchema, agentsLevel)
+	})
+
+	// (c) The operator: its service account as config/default deploys it, with the
 	// ClusterRole config/rbac gives it.
 	const operator = "system:serviceaccount:fusebox-system:fusebox-controller-manager"
 	raw, err := os.ReadFile("../../config/rbac/role.yaml")
