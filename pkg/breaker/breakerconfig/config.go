@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
@@ -44,6 +45,9 @@ type Config struct {
 	// Verdict is the fleet's shared verdict, written by the operator only for
 	// scope Fleet and only while it has one (docs/design.md §5.12).
 	Verdict *Verdict `json:"verdict,omitempty"`
+	// Candidate is the policy the pods judge in shadow, written only while the
+	// CircuitBreaker has one (docs/design.md §11).
+	Candidate *Candidate `json:"candidate,omitempty"`
 }
 
 // RetryBudget is breaker.RetryBudget on the wire.
@@ -216,8 +220,13 @@ func (c Config) Validate() error {
 	if err := c.validateFleetPolicies(); err != nil {
 		return err
 	}
-	_, err := c.Policy()
-	return err
+	if _, err := c.Policy(); err != nil {
+		return err
+	}
+	if c.Candidate != nil {
+		return errors.Join(c.Candidate.validate()...)
+	}
+	return nil
 }
 
 // validateFleetPolicies reports the first field of the retry budget, the throttle or the
@@ -289,12 +298,15 @@ func Parse(data []byte) (Config, error) {
 			wireVerdict
 			OpenTimeout *string `json:"openTimeout"`
 		} `json:"verdict"`
+		Candidate *rawCandidate `json:"candidate"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return Config{}, fmt.Errorf("parse breaker config: %s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+			// encoding/json names the embedded struct Parse reads a candidate through.
+			field := strings.Replace(te.Field, "wireCandidate.", "", 1)
+			return Config{}, fmt.Errorf("parse breaker config: %s: want %s, got JSON %s", field, te.Type, te.Value)
 		}
 		return Config{}, fmt.Errorf("parse breaker config: %w", err)
 	}
@@ -307,18 +319,17 @@ func Parse(data []byte) (Config, error) {
 		v := Verdict(raw.Verdict.wireVerdict)
 		c.Verdict, verdictOpenTimeout = &v, raw.Verdict.OpenTimeout
 	}
-	for _, d := range []struct {
-		field    string
-		in       *string
-		out      *Duration
-		optional bool
-	}{
+	if raw.Candidate != nil {
+		cand := Candidate(raw.Candidate.wireCandidate)
+		c.Candidate = &cand
+	}
+	for _, d := range append([]parsedDuration{
 		{"openTimeout", raw.OpenTimeout, &c.OpenTimeout, false},
 		{"window", raw.Window, &c.Window, false},
 		{"slowCallDuration", raw.SlowCallDuration, &c.SlowCallDuration, true},
 		{"maxOpenTimeout", raw.MaxOpenTimeout, &c.MaxOpenTimeout, true},
 		{"verdict.openTimeout", verdictOpenTimeout, verdictDuration(c.Verdict), true},
-	} {
+	}, raw.Candidate.durations(c.Candidate)...) {
 		if d.in == nil {
 			if d.optional {
 				continue
@@ -335,6 +346,15 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("invalid breaker config %q: %w", c.Name, err)
 	}
 	return c, nil
+}
+
+// parsedDuration is a duration field of the document as Parse reads it: its path, the
+// string read (nil if absent), and where its value goes.
+type parsedDuration struct {
+	field    string
+	in       *string
+	out      *Duration
+	optional bool
 }
 
 // verdictDuration is where a verdict's open period goes; nil without a verdict, when
