@@ -202,6 +202,7 @@ func (a *applier) reconcileLocked() {
 		if withTraffic && c.good.Fleet != nil {
 			b.SetFleet(c.good.Fleet.Breaker())
 		}
+		a.configureCandidate(b, c.good)
 		if a.rep != nil {
 			a.rep.configure(b, gen, c.refusal, withTraffic)
 		}
