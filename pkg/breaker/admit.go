@@ -42,7 +42,7 @@ type period struct {
 	// done funcs handed out by Allow, built once per period so that Allow allocates nothing.
 	doneRecorded func(error)
 	doneIgnored  func(error)
-	beyond       // the retry budget and adaptive throttling (throttle.go)
+	tallied      // the retry budget and adaptive throttling (throttle.go)
 	// cand is the candidate judged in shadow, nil without one; base is then how the
 	// call path would admit without it (admit is admitShadowed).
 	cand *candidate
@@ -77,7 +77,7 @@ func (b *Breaker) publish() {
 		p.slow = int64(d)
 		p.exact = b.clock == nil && d < coarseEnough
 	}
-	b.publishBeyond(p)
+	b.publishTallied(p)
 	switch {
 	case observed:
 		p.admit = admitSlow

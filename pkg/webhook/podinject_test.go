@@ -243,7 +243,7 @@ var _ = Describe("Pod injection", func() {
 		policy := breaker.Policy{OpenTimeout: time.Hour, Window: 10 * time.Second, FailureRatio: 0.5,
 			MinimumThroughput: 2, SuccessThreshold: 1, HalfOpenPermittedCalls: 1, Mode: breaker.ModeEnforce,
 			SlowCallRatio: 1} // what a config without slow-call judging reads as (DefaultPolicy's)
-		doc, err := breakerconfig.Marshal(breakerconfig.FromPolicy("payments", 1, policy, breakerconfig.ScopePod))
+		doc, err := breakerconfig.Marshal(kube.ConfigOf("payments", 1, policy, breakerconfig.ScopePod))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8sClient.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: breakerconfig.ConfigMapName, Namespace: ns},

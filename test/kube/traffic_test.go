@@ -9,6 +9,7 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // Issue 22: the agent hands each breaker what the operator publishes of its fleet, and
@@ -18,7 +19,7 @@ import (
 // for a breaker with a retry budget or throttling.
 func renderFleet(t *testing.T, name string, gen int64, p breaker.Policy, f breakerconfig.Fleet) string {
 	t.Helper()
-	c := breakerconfig.FromPolicy(name, gen, p, breakerconfig.ScopePod)
+	c := kube.ConfigOf(name, gen, p, breakerconfig.ScopePod)
 	c.Fleet = &f
 	doc, err := breakerconfig.Marshal(c)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // until the scan's next tick.
 func TestLateBreakerAdoptsAtOnce(t *testing.T) {
 	dir := t.TempDir()
-	c := breakerconfig.FromPolicy("payments", 1, breaker.DefaultPolicy(), breakerconfig.ScopeFleet)
+	c := ConfigOf("payments", 1, breaker.DefaultPolicy(), breakerconfig.ScopeFleet)
 	c.Verdict = &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Now().Add(-time.Second), ConsecutiveOpens: 1,
 		OpenTimeout: breakerconfig.Duration(time.Hour)}
 	doc, err := breakerconfig.Marshal(c)
@@ -59,7 +59,7 @@ func TestLateBreakerAdoptsAtOnce(t *testing.T) {
 // document's generation and scope; a name nobody published has none.
 func TestPublishedAndLoaded(t *testing.T) {
 	dir := t.TempDir()
-	doc, err := breakerconfig.Marshal(breakerconfig.FromPolicy("payments", 7, breaker.DefaultPolicy(), breakerconfig.ScopeFleet))
+	doc, err := breakerconfig.Marshal(ConfigOf("payments", 7, breaker.DefaultPolicy(), breakerconfig.ScopeFleet))
 	if err != nil {
 		t.Fatal(err)
 	}
