@@ -71,6 +71,12 @@ func (s shadow) withCounts(c shadowCounts) shadow {
 	return s
 }
 
+// CandidateEntryOf is st as a report entry's candidate spells it (docs/design.md §7):
+// what fuseboxd shows of a breaker's candidate.
+func CandidateEntryOf(st breaker.CandidateStats) *breakerconfig.CandidateEntry {
+	return candidateEntry(shadowOf(st))
+}
+
 // candidateEntry is s as the report spells it; nil when the breaker has no candidate.
 func candidateEntry(s shadow) *breakerconfig.CandidateEntry {
 	if !s.on {
