@@ -204,3 +204,18 @@ func (o *Options) promote(ctx context.Context, name, version string) error {
 	fmt.Fprintf(o.Out, "circuitbreaker/%s: the candidate is the enforced policy now (%s); spec.candidate removed\n", name, strings.Join(changes, ", "))
 	return nil
 }
+
+// candidateView is what the plugin shows of cb's candidate; nil without one.
+func candidateView(cb *resiliencev1alpha1.CircuitBreaker) *Candidate {
+	if cb.Spec.Candidate == nil {
+		return nil
+	}
+	v := &Candidate{}
+	if st := cb.Status.Candidate; st != nil {
+		v.State, v.Pods, v.Opens, v.WouldRefuse = string(st.State), st.Pods, st.Opens, st.WouldRefuse
+		if e := st.Enforced; e != nil {
+			v.EnforcedOpens, v.Refused = e.Opens, e.Refused
+		}
+	}
+	return v
+}

@@ -64,6 +64,9 @@ func TestCandidateAcrossTenPodsAndPromote(t *testing.T) {
 		return fmt.Errorf("no %s Event among %d", resiliencev1alpha1.EventCandidateOpened, len(evs.Items))
 	})
 
+	if v := breakerView(cb, time.Now()).Candidate; v == nil || v.State != "Open" || v.Pods != 10 || v.WouldRefuse != 420 || v.Refused != 0 {
+		t.Errorf("the dashboard's view of the candidate: %+v", v)
+	}
 	out, _, err := kubectlFusebox(ctx, "-n", ns, "candidate", "payments")
 	if err != nil {
 		t.Fatal(err)

@@ -28,8 +28,23 @@ type Breaker struct {
 	ConsecutiveOpens int32     `json:"consecutiveOpens,omitempty"`
 	OpenTimeout      string    `json:"openTimeout,omitempty"`
 	// Traffic is the fleet's traffic, for a breaker with a retry budget or throttling.
-	Traffic *Traffic  `json:"traffic,omitempty"`
-	Created time.Time `json:"created"`
+	Traffic *Traffic `json:"traffic,omitempty"`
+	// Candidate is status.candidate, for a breaker with spec.candidate.
+	Candidate *Candidate `json:"candidate,omitempty"`
+	Created   time.Time  `json:"created"`
+}
+
+// Candidate is what the candidate policy did in shadow across the pods, beside what the
+// enforced policy did over the same span (status.candidate).
+type Candidate struct {
+	// State is status.candidate.state; "" until a pod reports it.
+	State       string `json:"state"`
+	Pods        int32  `json:"pods"`
+	Opens       int64  `json:"opens"`
+	WouldRefuse int64  `json:"wouldRefuse"`
+	// EnforcedOpens and Refused are the enforced policy's over the same span.
+	EnforcedOpens int64 `json:"enforcedOpens"`
+	Refused       int64 `json:"refused"`
 }
 
 // Traffic is status.traffic and the policies it is measured against: the fleet's retry
@@ -91,6 +106,7 @@ func breakerView(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) Breaker {
 		b.Pods = Pods{Reporting: c.Reporting, Open: c.Open, HalfOpen: c.HalfOpen, Closed: c.Closed, OnLatestConfig: c.OnLatestConfig}
 	}
 	b.Traffic = trafficView(cb)
+	b.Candidate = candidateView(cb)
 	if o := cb.Spec.Override; o != nil {
 		b.Override = &Override{
 			Mode:   string(o.Mode),
