@@ -81,4 +81,14 @@ func TestReporterCarriesTheCandidate(t *testing.T) {
 	if names, ms, _ := r.pending(); reportEntry(names[0], ms[0]).Candidate != nil {
 		t.Error("the entry still carries a candidate")
 	}
+
+	// A breaker no longer published goes back to the default policy, which has none.
+	a.apply(map[string]string{breakerconfig.Key("payments"): doc})
+	if _, ok := b.Candidate(); !ok {
+		t.Fatal("published again, the candidate is not set")
+	}
+	a.apply(nil)
+	if _, ok := b.Candidate(); ok {
+		t.Error("unpublished, the breaker keeps its candidate")
+	}
 }

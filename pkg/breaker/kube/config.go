@@ -95,6 +95,9 @@ func (a *applier) apply(data map[string]string) {
 	for name := range a.breakers {
 		if next[name] == nil {
 			a.log.Info("Breaker no longer published; back to the default policy", "breaker", name)
+			if b, ok := a.reg.Lookup(name); ok {
+				a.configureCandidate(b, nil) // the default policy has no candidate
+			}
 			if a.rep != nil {
 				a.rep.unconfigure(name)
 			}
