@@ -47,6 +47,10 @@ type period struct {
 	// call path would admit without it (admit is admitShadowed).
 	cand *candidate
 	base admitKind
+	// shadow is cand's breaker, and untimed that neither judgement times a call:
+	// what executeShadowed's closed path needs, without following cand.
+	shadow  *Breaker
+	untimed bool
 	// done is the done func Allow hands out for an untimed call both judgements record,
 	// built for the candidate's period it holds (candidate_call.go).
 	done atomic.Pointer[shadowDone]

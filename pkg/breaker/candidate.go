@@ -165,6 +165,7 @@ func (b *Breaker) publishCandidate(p *period) {
 		return
 	}
 	p.cand, p.base, p.admit = c, p.admit, admitShadowed
+	p.shadow, p.untimed = c.b, p.slow == 0 && c.slow == 0
 	p.exact = p.exact || c.exact
 }
 

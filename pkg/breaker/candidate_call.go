@@ -75,10 +75,10 @@ func (b *Breaker) finishShadow(t ticket, err error, panicked bool, start int64) 
 // both circuits closed, is Execute's closed path with one more lock-free window add, the
 // candidate's; every other call goes through executeSlow.
 func (b *Breaker) executeShadowed(ctx context.Context, p *period, fn func(context.Context) error) error {
-	c := p.cand
-	sp := c.b.cur.Load()
+	sh := p.shadow
+	sp := sh.cur.Load()
 	switch {
-	case p.slow != 0 || sp.admit != admitClosed || sp.slow != 0:
+	case !p.untimed || sp.admit != admitClosed:
 		return b.executeSlow(ctx, fn)
 	case p.base == admitClosed:
 	case p.base == admitTallied:
@@ -103,14 +103,13 @@ func (b *Breaker) executeShadowed(ctx context.Context, p *period, fn func(contex
 		if bk := b.bucket.Load(); bk.gen != p.gen || now < bk.start || now >= bk.fastEnd.Load() || !bk.addFast() {
 			b.finishClosed(p, nil)
 		}
-		sh := c.b
 		if bk := sh.bucket.Load(); bk.gen != sp.gen || now < bk.start || now >= bk.fastEnd.Load() || !bk.addFast() {
 			sh.finishClosed(sp, nil)
 		}
 		return nil
 	}
 	b.finishClosed(p, err)
-	c.b.finishClosed(sp, err)
+	sh.finishClosed(sp, err)
 	return err
 }
 
