@@ -125,6 +125,11 @@ type BreakerReportEntry struct {
 	// +kubebuilder:validation:Maximum=1000000000000
 	Throttled *int64 `json:"throttled,omitempty"`
 
+	// candidate is the pod's shadow judgement of the breaker's spec.candidate,
+	// written while the configuration the pod runs has one.
+	// +optional
+	Candidate *CandidateReport `json:"candidate,omitempty"`
+
 	// configGeneration is the generation of the configuration the pod runs.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

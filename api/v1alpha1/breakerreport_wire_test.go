@@ -22,6 +22,11 @@ func TestReportEntryIsTheAPIType(t *testing.T) {
 		Reason: breakerconfig.ReasonProbeFailed, Calls: &calls, FailureRatePercent: &rate,
 		ConfigGeneration: 3, ConfigError: "openTimeout: must be positive",
 		Requests: ptr(int64(900)), Accepts: ptr(int64(400)), Retries: ptr(int64(80)), Throttled: ptr(int64(100)),
+		Candidate: &breakerconfig.CandidateEntry{
+			State: breakerconfig.StateHalfOpen, Since: breakerconfig.NewTime(since.Add(-time.Minute)), Opens: 2, WouldRefuse: 310,
+			StartTime: ptr(breakerconfig.NewTime(since.Add(-time.Hour))), TimeOpen: ptr(breakerconfig.Duration(75 * time.Second)),
+			Enforced: &breakerconfig.CandidateBaseline{Opens: 1, Refused: 12, TimeOpen: ptr(breakerconfig.Duration(30 * time.Second))},
+		},
 	}
 	raw, err := json.Marshal(full)
 	if err != nil {
@@ -55,6 +60,12 @@ func TestReportEntryIsTheAPIType(t *testing.T) {
 		t.Errorf("since through the API type: %v", again.Since)
 	}
 	again.Since = full.Since
+	if c := again.Candidate; c != nil && c.StartTime != nil {
+		if !c.Since.Equal(full.Candidate.Since.Truncate(time.Second)) || !c.StartTime.Equal(full.Candidate.StartTime.Truncate(time.Second)) {
+			t.Errorf("the candidate's times through the API type: %v, %v", c.Since, c.StartTime)
+		}
+		c.Since, c.StartTime = full.Candidate.Since, full.Candidate.StartTime
+	}
 	if !reflect.DeepEqual(again, full) {
 		t.Errorf("round trip through the API type:\n got %+v\nwant %+v", again, full)
 	}

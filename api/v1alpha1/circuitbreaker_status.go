@@ -196,6 +196,12 @@ type CircuitBreakerStatus struct {
 	// +optional
 	Traffic *FleetTraffic `json:"traffic,omitempty"`
 
+	// candidate is what the pods' shadow judgements of spec.candidate add up to,
+	// beside what the enforced policy did over the same span; set while
+	// spec.candidate is.
+	// +optional
+	Candidate *CandidateStatus `json:"candidate,omitempty"`
+
 	// members lists the most relevant reporting pods, at most 20: open first,
 	// then half-open, refusing the latest configuration, behind it, and closed.
 	// The operator writes it from the pods' BreakerReports; memberCounts

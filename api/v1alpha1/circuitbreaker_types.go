@@ -56,6 +56,8 @@ const (
 
 // CircuitBreakerSpec declares how a breaker judges a dependency.
 // +kubebuilder:validation:XValidation:rule=`!has(self.maxOpenTimeout) || !has(self.openTimeout) || !self.maxOpenTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.openTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxOpenTimeout) >= duration(self.openTimeout)`,message="maxOpenTimeout must be at least openTimeout",fieldPath=".maxOpenTimeout"
+// +kubebuilder:validation:XValidation:rule=`!has(self.candidate) || !has(self.candidate.maxOpenTimeout) || has(self.candidate.openTimeout) || !has(self.openTimeout) || !self.candidate.maxOpenTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.openTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.candidate.maxOpenTimeout) >= duration(self.openTimeout)`,message="must be at least openTimeout: the candidate sets no openTimeout of its own, so it is the spec's",fieldPath=".candidate.maxOpenTimeout"
+// +kubebuilder:validation:XValidation:rule=`!has(self.candidate) || !has(self.candidate.openTimeout) || has(self.candidate.maxOpenTimeout) || !has(self.maxOpenTimeout) || !self.candidate.openTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.maxOpenTimeout.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxOpenTimeout) >= duration(self.candidate.openTimeout)`,message="must be at most maxOpenTimeout: the candidate sets no maxOpenTimeout of its own, so it is the spec's; set candidate.maxOpenTimeout too",fieldPath=".candidate.openTimeout"
 type CircuitBreakerSpec struct {
 	// Each duration field says "must be a duration such as 30s or 1m30s" itself,
 	// in CEL, rather than with an OpenAPI pattern, whose message is the regular
@@ -208,6 +210,13 @@ type CircuitBreakerSpec struct {
 	// Who set it is recorded in the annotation fusebox.dev/overridden-by.
 	// +optional
 	Override *Override `json:"override,omitempty"`
+
+	// candidate, when set, is a policy every pod judges in shadow on the same
+	// calls: it never refuses one, and status.candidate shows what it would have
+	// done beside what the enforced policy did. A field it leaves unset is the
+	// spec's. `kubectl fusebox promote` makes it the spec.
+	// +optional
+	Candidate *CandidatePolicy `json:"candidate,omitempty"`
 }
 
 // Override is a time-boxed, audited hold of the circuit in one state.
@@ -258,6 +267,7 @@ const MaxOverrideDuration = 7 * 24 * time.Hour
 // +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
 // +kubebuilder:printcolumn:name="Retry %",type=integer,JSONPath=`.status.traffic.retryPercent`,priority=10,description="The fleet's retries in percent of its first attempts, over the window"
 // +kubebuilder:printcolumn:name="Throttled %",type=integer,JSONPath=`.status.traffic.throttledPercent`,priority=10,description="The fleet's calls rejected by adaptive throttling, in percent of its requests, over the window"
+// +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.status.candidate.state`,priority=10,description="The state spec.candidate's policy, judged in shadow, has across the pods"
 // +kubebuilder:printcolumn:name="Override Until",type=string,JSONPath=`.spec.override.until`,priority=10,description="When spec.override ends (or ended: see Overridden)"
 type CircuitBreaker struct {
 	// A name longer than 248 characters (breakerconfig.MaxKeyNameLength) is

@@ -79,3 +79,11 @@ const (
 // pods that are not bound to its node (bound to another node, or to none), which count
 // for nothing. A node's agent speaks only for the pods of its node (docs/design.md §9).
 const EventPodNotOnNode = "PodNotOnNode"
+
+// Event reasons recorded on a CircuitBreaker when the state of spec.candidate, judged in
+// shadow across its pods (status.candidate.state), changes: no call was refused, only
+// counted. They are coalesced like the state Events: at most one per status write.
+const (
+	EventCandidateOpened = "CandidateOpened"
+	EventCandidateClosed = "CandidateClosed"
+)

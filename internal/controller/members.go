@@ -36,6 +36,8 @@ type breakerView struct {
 	keys *resiliencev1alpha1.KeySummary
 	// traffic is status.traffic: set for a breaker with a retry budget or throttling.
 	traffic *resiliencev1alpha1.FleetTraffic
+	// candidate is status.candidate but its since: set for a breaker with a candidate.
+	candidate *resiliencev1alpha1.CandidateStatus
 	// oddShape names the pods left out for reporting the breaker in the other shape
 	// (breaker Group or plain) than the rest (oddShapes).
 	oddShape []string
@@ -62,6 +64,7 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 	if usesTraffic(cb) {
 		v.traffic = statusTraffic(trafficOf(cb, members))
 	}
+	v.candidate = aggregateCandidate(cb, members)
 	if len(members) == 0 {
 		return v
 	}

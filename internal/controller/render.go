@@ -11,8 +11,8 @@ import (
 )
 
 // render turns a CircuitBreaker into its published configuration, carrying the fleet
-// verdict given (nil for none; only scope Fleet has one) and, for a breaker with a retry
-// budget or adaptive throttling, the fleet's traffic. Fields the
+// verdict given (nil for none; only scope Fleet has one), for a breaker with a retry
+// budget or adaptive throttling the fleet's traffic, and its candidate policy. Fields the
 // API server did not default (an object stored before a default existed) get
 // the documented defaults; anything the breaker library would refuse is an
 // error naming the field, so it never reaches the ConfigMap.
@@ -55,6 +55,7 @@ func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdic
 	if scope == resiliencev1alpha1.ScopeFleet {
 		c.Verdict = verdict
 	}
+	c.Candidate = renderCandidate(s)
 	if err := c.Validate(); err != nil {
 		return breakerconfig.Config{}, fmt.Errorf("spec: %w", err)
 	}

@@ -37,6 +37,9 @@ type writeRecord struct {
 	// computed state changed since the last write (the written change included).
 	seen    resiliencev1alpha1.State
 	changes int
+	// candidateSeen and candidateChanges are the same for status.candidate.state.
+	candidateSeen    resiliencev1alpha1.State
+	candidateChanges int
 }
 
 // desiredStatus is cb with the status that the published config and its pods' reports
@@ -48,6 +51,7 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 	desired.Status.State, desired.Status.MemberCounts, desired.Status.Members = v.state, v.counts, v.listed
 	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.consecutiveOpens, v.openTimeout, v.keys
 	desired.Status.Traffic = v.traffic
+	desired.Status.Candidate = candidateSince(o.breaker.Status.Candidate, v.candidate)
 	if o.err != nil || !o.changed {
 		desired.Status.ObservedGeneration = desired.Generation
 		setReadyCondition(desired, o.err)
@@ -71,6 +75,7 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, 
 	desired := desiredStatus(o, v)
 	key := client.ObjectKeyFromObject(cb)
 	r.sawState(key, cb.Status.State, desired.Status.State)
+	r.sawCandidate(key, candidateStateOf(cb), candidateStateOf(desired))
 	if equality.Semantic.DeepEqual(cb.Status, desired.Status) {
 		r.Metrics.observe(desired)
 		return 0, nil
@@ -91,6 +96,7 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, 
 	}
 	coalesced := r.wrote(key, desired.Status.State)
 	r.recordEvents(cb, desired, o, v, coalesced)
+	r.recordCandidateEvent(cb, desired, r.wroteCandidate(key, candidateStateOf(desired)))
 	r.recordOverrideEvents(cb, desired, o.override)
 	r.Metrics.observe(desired)
 	return 0, nil
@@ -114,11 +120,12 @@ func (r *CircuitBreakerReconciler) writeWait(key client.ObjectKey, cb, desired *
 }
 
 // countsOnly reports whether desired changes nothing of cb's status but counts and the
-// member list: no state, generation, open period or condition.
+// member list: no state, generation, open period, candidate state or condition.
 func countsOnly(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
 	if cb.Status.State != desired.Status.State || cb.Status.ObservedGeneration != desired.Status.ObservedGeneration ||
 		cb.Status.MemberCounts == nil || desired.Status.MemberCounts == nil ||
-		cb.Status.ConsecutiveOpens != desired.Status.ConsecutiveOpens { // a re-open, at most one per open period
+		cb.Status.ConsecutiveOpens != desired.Status.ConsecutiveOpens || // a re-open, at most one per open period
+		candidateStateOf(cb) != candidateStateOf(desired) {
 		return false
 	}
 	for _, c := range desired.Status.Conditions {

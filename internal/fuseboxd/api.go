@@ -185,6 +185,9 @@ type description struct {
 	Permits    permitFigures   `json:"permits"`
 	Policy     json.RawMessage `json:"policy"`
 	Generation int64           `json:"generation"`
+	// Candidate is what the breaker's candidate policy (its policy under "policy",
+	// "candidate") did in shadow, as a report entry says it; absent without one.
+	Candidate *breakerconfig.CandidateEntry `json:"candidate,omitempty"`
 }
 
 // permitFigures are permitCounts as JSON: what a leaking client holds and leaves behind.
@@ -212,6 +215,11 @@ func (s *Server) describe(name string) answer {
 	if pub.Scope == "" {
 		pub.Scope = breakerconfig.ScopePod
 	}
+	st, judged := b.Candidate()
+	if judged {
+		// The candidate the agent set from the published document.
+		pub.Candidate = cfg.Candidate
+	}
 	policy, err := policyJSON(pub)
 	if err != nil {
 		return errorAnswer(http.StatusInternalServerError, err.Error())
@@ -227,7 +235,15 @@ func (s *Server) describe(name string) answer {
 		Permits:    p,
 		Policy:     policy,
 		Generation: cfg.Generation,
+		Candidate:  candidateOf(st, judged),
 	})
+}
+
+func candidateOf(st breaker.CandidateStats, judged bool) *breakerconfig.CandidateEntry {
+	if !judged {
+		return nil
+	}
+	return kube.CandidateEntryOf(st)
 }
 
 // policyJSON is the published document's policy fields, with the §4 names and

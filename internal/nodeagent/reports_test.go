@@ -201,6 +201,17 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 		return []map[string]any{e}
 	}
 	long := func(n int) string { return strings.Repeat("x", n) }
+	candidate := func(kv ...any) map[string]any {
+		c := map[string]any{"state": "Open", "since": "2026-12-02T09:00:00.000Z", "opens": 1, "wouldRefuse": 40}
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == nil {
+				delete(c, kv[i].(string))
+			} else {
+				c[kv[i].(string)] = kv[i+1]
+			}
+		}
+		return c
+	}
 	for _, tc := range []struct {
 		name    string
 		entries []map[string]any
@@ -234,6 +245,12 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 		{"retries over requests", with("requests", 10, "retries", 11), "breakers[0].retries", true},
 		{"throttled over requests", with("requests", 10, "throttled", 11), "breakers[0].throttled", true},
 		{"accepts without requests", with("accepts", 1), "breakers[0].accepts", true},
+		{"a candidate in an unknown state", with("candidate", candidate("state", "Ajar")), "breakers[0].candidate.state", false},
+		{"a candidate with no since", with("candidate", candidate("since", nil)), "breakers[0].candidate.since", false},
+		{"a candidate's since in words", with("candidate", candidate("since", "yesterday")), "breakers[0].candidate.since", false},
+		{"a candidate's opens below 0", with("candidate", candidate("opens", -1)), "breakers[0].candidate.opens", false},
+		{"a candidate's wouldRefuse past 10^12", with("candidate", candidate("wouldRefuse", int64(1e12)+1)), "breakers[0].candidate.wouldRefuse", false},
+		{"a candidate's enforced refusals past 10^12", with("candidate", candidate("enforced", map[string]any{"opens": 0, "refused": int64(1e12) + 1})), "breakers[0].candidate.enforced.refused", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := call(t, http.MethodPut, agent.url+breakerconfig.AgentReportPath, tokens[1], map[string]any{"breakers": tc.entries})
@@ -253,7 +270,8 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 	// At the bounds, both take it.
 	edge := with("calls", int64(1)<<53-1, "failureRatePercent", 100, "configError", strings.Repeat("é", 1024),
 		"requests", int64(1e12), "accepts", int64(1e12), "retries", 0, "throttled", int64(1e12),
-		"keys", map[string]any{"keys": 400000, "open": 400000, "halfOpen": 0, "worst": []string{long(253)}})
+		"keys", map[string]any{"keys": 400000, "open": 400000, "halfOpen": 0, "worst": []string{long(253)}},
+		"candidate", candidate("opens", int64(1e12), "wouldRefuse", int64(1e12), "enforced", map[string]any{"opens": int64(1e12), "refused": int64(1e12)}))
 	if status, body := call(t, http.MethodPut, agent.url+breakerconfig.AgentReportPath, tokens[1], map[string]any{"breakers": edge}); status != http.StatusOK {
 		t.Errorf("the agent refused an entry at the bounds: %d %s", status, body)
 	}

@@ -45,7 +45,9 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Show and override Fusebox CircuitBreakers",
 		Long: `kubectl fusebox shows CircuitBreakers (status, watch, a live web dashboard)
 and holds a circuit open or closed for a bounded time (open, close, release)
-through spec.override, which the operator hands back to spec.mode when it ends.`,
+through spec.override, which the operator hands back to spec.mode when it ends.
+It compares a candidate policy judged in shadow with the enforced one
+(candidate) and makes it the enforced one (promote).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fusebox"},
@@ -61,6 +63,8 @@ through spec.override, which the operator hands back to spec.mode when it ends.`
 		newReleaseCommand(o),
 		newWatchCommand(o),
 		newDashboardCommand(o),
+		newCandidateCommand(o),
+		newPromoteCommand(o),
 	)
 	return root
 }

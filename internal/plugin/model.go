@@ -36,8 +36,23 @@ type Breaker struct {
 	// openers are short of the quorum, or its pods follow the probes that closed it).
 	Why string `json:"why,omitempty"`
 	// Members are status.members: the most relevant pods and each one's state.
-	Members []Member  `json:"members,omitempty"`
-	Created time.Time `json:"created"`
+	Members []Member `json:"members,omitempty"`
+	// Candidate is status.candidate, for a breaker with spec.candidate.
+	Candidate *Candidate `json:"candidate,omitempty"`
+	Created   time.Time  `json:"created"`
+}
+
+// Candidate is what the candidate policy did in shadow across the pods, beside what the
+// enforced policy did over the same span (status.candidate).
+type Candidate struct {
+	// State is status.candidate.state; "" until a pod reports it.
+	State       string `json:"state"`
+	Pods        int32  `json:"pods"`
+	Opens       int64  `json:"opens"`
+	WouldRefuse int64  `json:"wouldRefuse"`
+	// EnforcedOpens and Refused are the enforced policy's over the same span.
+	EnforcedOpens int64 `json:"enforcedOpens"`
+	Refused       int64 `json:"refused"`
 }
 
 // Member is one pod of status.members.
@@ -112,6 +127,7 @@ func breakerView(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) Breaker {
 	for _, m := range cb.Status.Members {
 		b.Members = append(b.Members, Member{Pod: m.Pod, State: string(m.State)})
 	}
+	b.Candidate = candidateView(cb)
 	if o := cb.Spec.Override; o != nil {
 		b.Override = &Override{
 			Mode:   string(o.Mode),

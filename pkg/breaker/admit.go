@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +16,7 @@ const (
 	admitClosed                     // admit, and record successes lock-free
 	admitOpenUntil                  // refuse until halfOpenAt, then take the lock to go half-open
 	admitTallied                    // closed with a retry budget or throttling: maybe throttle, then as admitClosed (throttle.go)
+	admitShadowed                   // a candidate is judged in shadow: admit as base says, then the candidate (candidate_call.go)
 )
 
 // period is an immutable snapshot of what the call path needs about the current state
@@ -41,16 +43,30 @@ type period struct {
 	doneRecorded func(error)
 	doneIgnored  func(error)
 	tallied      // the retry budget and adaptive throttling (throttle.go)
+	// cand is the candidate judged in shadow, nil without one; base is then how the
+	// call path would admit without it (admit is admitShadowed).
+	cand *candidate
+	base admitKind
+	// shadow is cand's breaker, and untimed that neither judgement times a call:
+	// what executeShadowed's closed path needs, without following cand.
+	shadow  *Breaker
+	untimed bool
+	// done is the done func Allow hands out for an untimed call both judgements record,
+	// built for the candidate's period it holds (candidate_call.go).
+	done atomic.Pointer[shadowDone]
 }
 
-func (p *period) finishRecorded(err error) { p.b.finish(ticket{p, true}, err, false, 0) }
-func (p *period) finishIgnored(err error)  { p.b.finish(ticket{p, false}, err, false, 0) }
+func (p *period) finishRecorded(err error) { p.b.finish(ticket{p: p, recorded: true}, err, false, 0) }
+func (p *period) finishIgnored(err error)  { p.b.finish(ticket{p: p}, err, false, 0) }
 
 // ticket is an admitted call: the period it was admitted in, and whether its outcome is to
 // be recorded (it is not for a call MetricsOnly runs although Enforce would have refused it).
+// With a candidate, sp and srecorded are the same for the candidate's shadow breaker.
 type ticket struct {
-	p        *period
-	recorded bool
+	p         *period
+	recorded  bool
+	srecorded bool
+	sp        *period
 }
 
 // publish makes the call path see the current state, mode and policy. Caller holds mu.
@@ -78,6 +94,7 @@ func (b *Breaker) publish() {
 	case b.state == Open && b.policy.Mode == ModeEnforce:
 		p.admit, p.reject = admitOpenUntil, b.errOpen
 	}
+	b.publishCandidate(p)
 	p.doneRecorded = p.finishRecorded
 	p.doneIgnored = p.finishIgnored
 	b.cur.Store(p)
@@ -107,9 +124,11 @@ func (b *Breaker) admit() (ticket, error) {
 	p := b.cur.Load()
 	switch p.admit {
 	case admitClosed:
-		return ticket{p, true}, nil
+		return ticket{p: p, recorded: true}, nil
 	case admitTallied:
 		return b.admitTallied(p)
+	case admitShadowed:
+		return b.admitShadowed(p)
 	case admitOpenUntil:
 		if b.now() < p.halfOpenAt {
 			return ticket{}, p.reject
@@ -128,6 +147,8 @@ func (b *Breaker) Allow() (done func(err error), err error) {
 	switch {
 	case err != nil:
 		return nil, err
+	case t.sp != nil:
+		return b.allowShadowed(t), nil
 	case t.p.slow != 0 && t.recorded:
 		// A timed call needs its start: the one allocation of slow-call judging.
 		start := b.callTime(t.p)
@@ -159,13 +180,15 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 		if p.throttleK != 0 && b.throttled(p, b.now()) {
 			return b.errThrottled
 		}
+	case p.admit == admitShadowed:
+		return b.executeShadowed(ctx, p, fn)
 	default:
 		return b.executeSlow(ctx, fn)
 	}
 	completed := false
 	defer func() {
 		if !completed {
-			b.abandon(ticket{p, true}, recover(), 0)
+			b.abandon(ticket{p: p, recorded: true}, recover(), 0)
 		}
 	}()
 	err := fn(ctx)
@@ -185,7 +208,7 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 // finishClosed records the outcome of a call admitted closed, not timed, which the
 // lock-free path did not record.
 func (b *Breaker) finishClosed(p *period, err error) {
-	b.finishSlow(ticket{p, true}, b.classify(err, false), false, err, false)
+	b.finishSlow(ticket{p: p, recorded: true}, b.classify(err, false), false, err, false)
 }
 
 // executeSlow is Execute for every call but a closed, untimed one and an open refusal.
@@ -194,10 +217,7 @@ func (b *Breaker) executeSlow(ctx context.Context, fn func(context.Context) erro
 	if err != nil {
 		return err
 	}
-	var start int64
-	if t.p.slow != 0 {
-		start = b.callTime(t.p)
-	}
+	start := b.startOf(t)
 	completed := false
 	defer func() {
 		if !completed {
@@ -215,6 +235,9 @@ func (b *Breaker) executeSlow(ctx context.Context, fn func(context.Context) erro
 // re-raised; runtime.Goexit (recover finds nothing) is neither success nor failure.
 func (b *Breaker) abandon(t ticket, r any, start int64) {
 	if r == nil {
+		if t.sp != nil {
+			t.sp.b.finishSlow(ticket{p: t.sp, recorded: t.srecorded}, OutcomeIgnored, false, errGoexit, false)
+		}
 		b.finishSlow(t, OutcomeIgnored, false, errGoexit, false)
 		return
 	}
@@ -302,8 +325,15 @@ func (b *Breaker) classify(err error, panicked bool) Outcome {
 // classifier (whether or not it was recorded: Call's fallback depends on the call, not on
 // the circuit). start is when a timed call started (callTime), for slow-call judging.
 func (b *Breaker) finish(t ticket, err error, panicked bool, start int64) bool {
+	if t.sp != nil {
+		b.finishShadow(t, err, panicked, start)
+	}
 	slow := t.p.slow != 0 && b.callTime(t.p)-start >= t.p.slow
-	if err == nil && !panicked && !slow && t.recorded && (t.p.admit == admitClosed || t.p.admit == admitTallied) && b.recordSuccessFast(t.p) {
+	kind := t.p.admit
+	if kind == admitShadowed {
+		kind = t.p.base
+	}
+	if err == nil && !panicked && !slow && t.recorded && (kind == admitClosed || kind == admitTallied) && b.recordSuccessFast(t.p) {
 		return false
 	}
 	o := b.classify(err, panicked)

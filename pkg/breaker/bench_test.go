@@ -311,3 +311,37 @@ func BenchmarkAllowRetry(b *testing.B) {
 		_ = br.AllowRetry()
 	}
 }
+
+// BenchmarkExecuteClosedWithCandidate is BenchmarkExecuteClosed with a candidate policy
+// judged in shadow (§11), both circuits closed: one more lock-free window add, the
+// candidate's, and no allocation.
+func BenchmarkExecuteClosedWithCandidate(b *testing.B) {
+	br := benchBreaker(b)
+	c := DefaultPolicy()
+	c.FailureRatio = 0.2
+	if err := br.SetCandidate(&c); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = br.Execute(ctx, succeed)
+	}
+}
+
+// BenchmarkAllowClosedWithCandidate: the two-step form hands out a closure holding both
+// tickets, one allocation per admitted call.
+func BenchmarkAllowClosedWithCandidate(b *testing.B) {
+	br := benchBreaker(b)
+	c := DefaultPolicy()
+	if err := br.SetCandidate(&c); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		done, err := br.Allow()
+		if err == nil {
+			done(nil)
+		}
+	}
+}

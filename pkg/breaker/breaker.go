@@ -84,6 +84,11 @@ type Breaker struct {
 	// tally counts for the retry budget and adaptive throttling while closed; nil when
 	// neither is configured, or when not closed (tally.go).
 	tally *tally
+	// cand is the candidate policy judged in shadow (SetCandidate), nil without one; spans
+	// counts this breaker's opens and time open since it was set (on a candidate's shadow
+	// breaker, since it was made). Both nil on a breaker without a candidate.
+	cand  *candidate
+	spans *spanTally
 }
 
 // New returns a breaker named name, closed (or open, if p.Mode is ModeForcedOpen). A policy

@@ -57,10 +57,7 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 // runTicket runs fn for the admitted call t and records its outcome; failed says the
 // breaker recorded a failure.
 func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context.Context) (T, error)) (res T, failed bool, err error) {
-	var start int64
-	if t.p.slow != 0 {
-		start = b.callTime(t.p)
-	}
+	start := b.startOf(t)
 	completed := false
 	defer func() {
 		if !completed {

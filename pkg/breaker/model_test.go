@@ -32,6 +32,67 @@ func modelPolicy(r *rand.Rand) Policy {
 type liveCall struct {
 	done func(error)
 	ref  refTicket
+	// cref is the call's ticket in the candidate's model, for a call the candidate of
+	// epoch cepoch saw (shown is false when there was none).
+	cref   refTicket
+	cepoch int
+	shown  bool
+}
+
+// modelCandidate is the reference for a candidate (§11): the reference model of its
+// policy in ModeMetricsOnly, fed the calls the breaker ran, and the counts Candidate
+// reports. epoch tells candidates apart: a call admitted under one another replaced is
+// not the new one's.
+type modelCandidate struct {
+	m                  *refModel
+	opens, wouldRefuse int64
+	epoch              int
+}
+
+// set sets p as the candidate; one equal to the candidate already set changes nothing.
+func (c *modelCandidate) set(b *Breaker, p Policy, now instant) error {
+	if err := b.SetCandidate(&p); err != nil {
+		return err
+	}
+	p = p.withDefaults()
+	p.Mode, p.RetryBudget, p.Throttle = ModeMetricsOnly, nil, nil
+	if c.m != nil && c.m.p == p {
+		return nil
+	}
+	c.m, c.opens, c.wouldRefuse = newRefModel(p, now), 0, 0
+	c.epoch++
+	return nil
+}
+
+// admit shows the candidate a call the breaker admitted.
+func (c *modelCandidate) admit(lc *liveCall, now instant) {
+	if c.m == nil {
+		return
+	}
+	lc.cref, _ = c.m.admit(now)
+	lc.cepoch, lc.shown = c.epoch, true
+	if !lc.cref.recorded {
+		c.wouldRefuse++
+	}
+}
+
+func (c *modelCandidate) finish(lc liveCall, o Outcome, now instant) {
+	if c.m != nil && lc.shown && lc.cepoch == c.epoch {
+		c.m.finish(lc.cref, o, now)
+	}
+}
+
+// drain counts the candidate's opens from the transitions its model made.
+func (c *modelCandidate) drain() {
+	if c.m == nil {
+		return
+	}
+	for _, tr := range c.m.transitions {
+		if tr.To == Open {
+			c.opens++
+		}
+	}
+	c.m.transitions = nil
 }
 
 // TestModel drives the breaker and the reference model with the same random sequences of
@@ -49,7 +110,7 @@ func TestModel(t *testing.T) {
 		t.Run(fmt.Sprintf("callObserver=%v", observed), func(t *testing.T) {
 			var reached modelReach
 			for seed := range uint64(sequences) {
-				reached.add(runModelSequence(t, seed, steps, observed))
+				reached.add(runModelSequence(t, seed, steps, observed, false))
 				if t.Failed() {
 					return
 				}
@@ -74,6 +135,8 @@ type modelReach struct {
 	adoptedPeriods int // an open period taken from a verdict
 	clampedPeriods int // a verdict's open period cut to the policy's longest
 	tripRestarts   int // Trip on an open circuit: the period restarts, no transition
+	// With a candidate: its opens, its closes and the calls it would have refused.
+	candidateOpens, candidateCloses, wouldRefuse int
 }
 
 func (r *modelReach) add(o modelReach) {
@@ -84,10 +147,40 @@ func (r *modelReach) add(o modelReach) {
 	r.adoptedPeriods += o.adoptedPeriods
 	r.clampedPeriods += o.clampedPeriods
 	r.tripRestarts += o.tripRestarts
+	r.candidateOpens += o.candidateOpens
+	r.candidateCloses += o.candidateCloses
+	r.wouldRefuse += o.wouldRefuse
 }
 
-// runModelSequence runs one sequence and reports which rules it reached.
-func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reached modelReach) {
+// TestModelWithCandidate is TestModel with a candidate policy judged in shadow (§11),
+// replaced now and then: the breaker must behave exactly as without one, and the
+// candidate as the reference model of its policy in ModeMetricsOnly fed the calls that
+// ran, its state, since, opens and wouldRefuse compared as the breaker's are.
+func TestModelWithCandidate(t *testing.T) {
+	sequences, steps := 3000, 120
+	if testing.Short() {
+		sequences = 200
+	}
+	for _, observed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("callObserver=%v", observed), func(t *testing.T) {
+			var reached modelReach
+			for seed := range uint64(sequences) {
+				reached.add(runModelSequence(t, seed, steps, observed, true))
+				if t.Failed() {
+					return
+				}
+			}
+			t.Logf("reached: %+v", reached)
+			if reached.candidateOpens == 0 || reached.wouldRefuse == 0 || reached.candidateCloses == 0 {
+				t.Fatalf("the candidate never opened, refused or closed again: %+v", reached)
+			}
+		})
+	}
+}
+
+// runModelSequence runs one sequence, with a candidate policy if withCandidate, and
+// reports which rules it reached.
+func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandidate bool) (reached modelReach) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	clock := newFakeClock()
 	clock.Advance(time.Duration(r.Int64N(int64(time.Hour))))
@@ -110,6 +203,12 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 		return instant{wall: clock.Now().UnixNano(), mono: base + int64(clock.Monotonic()-mono0)}
 	}
 	m := newRefModel(p, now())
+	var cand modelCandidate
+	if withCandidate {
+		if err := cand.set(b, modelPolicy(r), now()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var calls []liveCall
 	var log strings.Builder
 	fail := func(format string, args ...any) {
@@ -137,7 +236,9 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 				}
 				break
 			}
-			calls = append(calls, liveCall{done, tk})
+			lc := liveCall{done: done, ref: tk}
+			cand.admit(&lc, now())
+			calls = append(calls, lc)
 		case k < 65: // a call ends
 			if len(calls) == 0 {
 				break
@@ -154,6 +255,7 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 			before := len(rec.ends)
 			c.done(oc.err)
 			want := m.finish(c.ref, oc.o, now())
+			cand.finish(c, oc.o, now())
 			fmt.Fprintf(&log, "%d done(%v) -> %v\n", step, oc.err, want)
 			if observed {
 				if len(rec.ends) != before+1 || rec.ends[before].Outcome != want {
@@ -186,6 +288,13 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 			}
 			m.update(np, now())
 			fmt.Fprintf(&log, "%d update %+v\n", step, np)
+			if withCandidate && r.IntN(3) == 0 {
+				cp := modelPolicy(r)
+				if err := cand.set(b, cp, now()); err != nil {
+					fail("SetCandidate: %v", err)
+				}
+				fmt.Fprintf(&log, "%d candidate %+v\n", step, cp)
+			}
 		case k < 95:
 			v := Verdict{State: State(r.IntN(3))}
 			if v.State == Open && r.IntN(2) == 0 {
@@ -223,6 +332,9 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 				tk, reason := m.admit(now())
 				if reason == RejectNone {
 					m.finish(tk, OutcomeFailure, now())
+					var lc liveCall
+					cand.admit(&lc, now())
+					cand.finish(lc, OutcomeFailure, now())
 				}
 				err := b.Execute(context.Background(), func(context.Context) error { panic("boom") })
 				if reason == RejectNone || !errors.Is(err, ErrOpen) {
@@ -246,6 +358,24 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 				got.ConsecutiveOpens != want.ConsecutiveOpens || got.OpenTimeout != want.OpenTimeout {
 				fail("step %d: Verdict = %+v, model %+v", step, got, want)
 			}
+			if withCandidate {
+				got, ok := b.Candidate()
+				want := cand.m.verdict(now())
+				cand.drain()
+				if !ok || got.State != want.State || !got.Since.Equal(want.Since) || got.Opens != cand.opens || got.WouldRefuse != cand.wouldRefuse {
+					fail("step %d: Candidate = %+v, %v; model %+v, %d opens, %d would refuse", step, got, ok, want, cand.opens, cand.wouldRefuse)
+				}
+			}
+		}
+		if cand.m != nil {
+			for _, tr := range cand.m.transitions {
+				if tr.From != Closed && tr.To == Closed {
+					reached.candidateCloses++
+				}
+			}
+			before := cand.opens
+			cand.drain()
+			reached.candidateOpens += int(cand.opens - before)
 		}
 		got := rec.takeTransitions()
 		want := m.transitions
@@ -281,6 +411,16 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed bool) (reac
 	for _, c := range calls {
 		c.done(nil)
 		m.finish(c.ref, OutcomeSuccess, now())
+		cand.finish(c, OutcomeSuccess, now())
+	}
+	if withCandidate {
+		got, _ := b.Candidate()
+		want := cand.m.verdict(now())
+		cand.drain()
+		if got.State != want.State || got.Opens != cand.opens || got.WouldRefuse != cand.wouldRefuse {
+			fail("final Candidate = %+v; model %+v, %d opens, %d would refuse", got, want, cand.opens, cand.wouldRefuse)
+		}
+		reached.wouldRefuse = int(cand.wouldRefuse)
 	}
 	if got, want := b.Counts(), m.counts(now()); got != want {
 		fail("final Counts = %+v, model %+v", got, want)

@@ -86,7 +86,7 @@ func (b *Breaker) admitTallied(p *period) (ticket, error) {
 	if p.throttleK != 0 && b.throttled(p, b.now()) {
 		return ticket{}, b.errThrottled
 	}
-	return ticket{p, true}, nil
+	return ticket{p: p, recorded: true}, nil
 }
 
 // throttled reports whether adaptive throttling rejects a call asked of the closed breaker,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -43,6 +44,9 @@ type Config struct {
 	// Verdict is the fleet's shared verdict, written by the operator only for
 	// scope Fleet and only while it has one (docs/design.md §5.12).
 	Verdict *Verdict `json:"verdict,omitempty"`
+	// Candidate is the policy the pods judge in shadow, written only while the
+	// CircuitBreaker has one (docs/design.md §11).
+	Candidate *Candidate `json:"candidate,omitempty"`
 }
 
 // RetryBudget is the retry budget of docs/design.md §5.15 on the wire.
@@ -132,7 +136,13 @@ func (c Config) Validate() error {
 	if err := c.validateFleetPolicies(); err != nil {
 		return err
 	}
-	return c.validatePolicy()
+	if err := c.validatePolicy(); err != nil {
+		return err
+	}
+	if c.Candidate != nil {
+		return errors.Join(c.Candidate.validate()...)
+	}
+	return nil
 }
 
 // validateFleetPolicies reports the first field of the retry budget, the throttle or the
@@ -238,12 +248,15 @@ func Parse(data []byte) (Config, error) {
 			wireVerdict
 			OpenTimeout *string `json:"openTimeout"`
 		} `json:"verdict"`
+		Candidate *rawCandidate `json:"candidate"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return Config{}, fmt.Errorf("parse breaker config: %s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+			// encoding/json names the embedded struct Parse reads a candidate through.
+			field := strings.Replace(te.Field, "wireCandidate.", "", 1)
+			return Config{}, fmt.Errorf("parse breaker config: %s: want %s, got JSON %s", field, te.Type, te.Value)
 		}
 		return Config{}, fmt.Errorf("parse breaker config: %w", err)
 	}
@@ -256,18 +269,17 @@ func Parse(data []byte) (Config, error) {
 		v := Verdict(raw.Verdict.wireVerdict)
 		c.Verdict, verdictOpenTimeout = &v, raw.Verdict.OpenTimeout
 	}
-	for _, d := range []struct {
-		field    string
-		in       *string
-		out      *Duration
-		optional bool
-	}{
+	if raw.Candidate != nil {
+		cand := Candidate(raw.Candidate.wireCandidate)
+		c.Candidate = &cand
+	}
+	for _, d := range append([]parsedDuration{
 		{"openTimeout", raw.OpenTimeout, &c.OpenTimeout, false},
 		{"window", raw.Window, &c.Window, false},
 		{"slowCallDuration", raw.SlowCallDuration, &c.SlowCallDuration, true},
 		{"maxOpenTimeout", raw.MaxOpenTimeout, &c.MaxOpenTimeout, true},
 		{"verdict.openTimeout", verdictOpenTimeout, verdictDuration(c.Verdict), true},
-	} {
+	}, raw.Candidate.durations(c.Candidate)...) {
 		if d.in == nil {
 			if d.optional {
 				continue
@@ -284,6 +296,15 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("invalid breaker config %q: %w", c.Name, err)
 	}
 	return c, nil
+}
+
+// parsedDuration is a duration field of the document as Parse reads it: its path, the
+// string read (nil if absent), and where its value goes.
+type parsedDuration struct {
+	field    string
+	in       *string
+	out      *Duration
+	optional bool
 }
 
 // verdictDuration is where a verdict's open period goes; nil without a verdict, when

@@ -106,6 +106,7 @@ func FuzzParse(f *testing.F) {
   "verdict": {"state": "Open", "since": "2026-11-29T10:00:00.123Z", "consecutiveOpens": 3, "openTimeout": "2m0s"}`, 1)))
 	f.Add([]byte(strings.Replace(sample, `"scope": "Pod"`, `"scope": "Pod", "slowCallRatio": 0.3, "maxOpenTimeout": "30s"`, 1)))
 	f.Add([]byte(`{"name":"x","slowCallDuration":"1ms","maxOpenTimeout":"-1s","verdict":{"state":"Closed","since":"2026-01-01T00:00:00Z","openTimeout":"1h"}}`))
+	f.Add([]byte(candidateSample))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
@@ -128,10 +129,12 @@ func FuzzParse(f *testing.F) {
 // sameConfig compares configs, their verdicts' times as instants: a parsed time keeps the
 // document's zone, which Marshal writes back as the same instant.
 func sameConfig(a, b Config) bool {
-	if !samePointee(a.RetryBudget, b.RetryBudget) || !samePointee(a.Throttle, b.Throttle) || !samePointee(a.Fleet, b.Fleet) {
+	if !samePointee(a.RetryBudget, b.RetryBudget) || !samePointee(a.Throttle, b.Throttle) || !samePointee(a.Fleet, b.Fleet) ||
+		!samePointee(a.Candidate, b.Candidate) {
 		return false
 	}
 	a.RetryBudget, a.Throttle, a.Fleet, b.RetryBudget, b.Throttle, b.Fleet = nil, nil, nil, nil, nil, nil
+	a.Candidate, b.Candidate = nil, nil
 	va, vb := a.Verdict, b.Verdict
 	a.Verdict, b.Verdict = nil, nil
 	if a != b || (va == nil) != (vb == nil) {
@@ -158,7 +161,8 @@ func FuzzParseDurationFields(f *testing.F) {
 		f.Add(uint8(2), s)
 		f.Add(uint8(4), s)
 	}
-	fields := []string{"openTimeout", "window", "slowCallDuration", "maxOpenTimeout", "verdict.openTimeout"}
+	fields := []string{"openTimeout", "window", "slowCallDuration", "maxOpenTimeout", "verdict.openTimeout",
+		"candidate.openTimeout", "candidate.window", "candidate.slowCallDuration", "candidate.maxOpenTimeout"}
 	f.Fuzz(func(t *testing.T, which uint8, value string) {
 		field := fields[int(which)%len(fields)]
 		quoted, err := json.Marshal(value)
@@ -169,10 +173,18 @@ func FuzzParseDurationFields(f *testing.F) {
 		if err := json.Unmarshal([]byte(sample), &doc); err != nil {
 			t.Fatal(err)
 		}
-		if field == "verdict.openTimeout" {
+		switch sub, ok := strings.CutPrefix(field, "candidate."); {
+		case field == "verdict.openTimeout":
 			doc["scope"] = json.RawMessage(`"Fleet"`)
 			doc["verdict"] = json.RawMessage(`{"state":"Open","since":"2026-11-29T10:00:00Z","openTimeout":` + string(quoted) + `}`)
-		} else {
+		case ok:
+			cand := map[string]json.RawMessage{}
+			if err := json.Unmarshal([]byte(sampleCandidate), &cand); err != nil {
+				t.Fatal(err)
+			}
+			cand[sub] = quoted
+			doc["candidate"], _ = json.Marshal(cand)
+		default:
 			doc[field] = quoted
 		}
 		data, err := json.Marshal(doc)
@@ -188,6 +200,8 @@ func FuzzParseDurationFields(f *testing.F) {
 			t.Fatalf("%s %q refused with an error that does not name it: %v", field, value, err)
 		case err == nil && field == "verdict.openTimeout" && time.Duration(c.Verdict.OpenTimeout) != d:
 			t.Fatalf("%s %q read as %s", field, value, time.Duration(c.Verdict.OpenTimeout))
+		case err == nil && field == "candidate.window" && time.Duration(c.Candidate.Window) != d:
+			t.Fatalf("%s %q read as %s", field, value, time.Duration(c.Candidate.Window))
 		}
 	})
 }

@@ -56,6 +56,9 @@ type ReportEntry struct {
 	Accepts   *int64 `json:"accepts,omitempty"`
 	Retries   *int64 `json:"retries,omitempty"`
 	Throttled *int64 `json:"throttled,omitempty"`
+	// Candidate is the pod's shadow judgement of the breaker's candidate policy,
+	// written while the config it runs has one.
+	Candidate *CandidateEntry `json:"candidate,omitempty"`
 	// ConfigGeneration is the generation of the config the pod runs for it.
 	ConfigGeneration int64 `json:"configGeneration,omitempty"`
 	// ConfigError says why the pod refused the latest published config.

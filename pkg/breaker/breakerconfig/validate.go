@@ -57,7 +57,7 @@ func ParseAgentReport(data []byte) (AgentReport, error) {
 	var errs []error
 	for i, item := range items {
 		if err := json.Unmarshal(item, &r.Breakers[i]); err != nil {
-			field, detail := badField(item, err)
+			field, detail := badField(item, err, func() any { return &ReportEntry{} })
 			at := fmt.Sprintf("breakers[%d]", i)
 			if field != "" {
 				at += "." + field
@@ -73,8 +73,9 @@ func ParseAgentReport(data []byte) (AgentReport, error) {
 
 // badField finds which field of an entry its decoding failed on, err being that failure:
 // encoding/json names the field of a mistyped value, but not the field whose own reader
-// (a time, a duration) refused it, so each field is then read alone.
-func badField(item json.RawMessage, err error) (field, detail string) {
+// (a time, a duration) refused it, so each field is then read alone, into a value zero
+// makes (a ReportEntry, or a CandidateEntry for the fields inside an entry's candidate).
+func badField(item json.RawMessage, err error, zero func() any) (field, detail string) {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
 		return typeErr.Field, fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
@@ -90,8 +91,15 @@ func badField(item json.RawMessage, err error) (field, detail string) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		one, _ := json.Marshal(map[string]json.RawMessage{k: fields[k]})
-		var e ReportEntry
-		if ferr := json.Unmarshal(one, &e); ferr != nil {
+		if ferr := json.Unmarshal(one, zero()); ferr != nil {
+			if k == "candidate" {
+				// An object of its own, with times and durations of its own: named by
+				// the path inside it, as the schema names them.
+				newCandidate := func() any { return &CandidateEntry{} }
+				if sub, detail := badField(fields[k], json.Unmarshal(fields[k], newCandidate()), newCandidate); sub != "" {
+					return k + "." + sub, detail
+				}
+			}
 			return k, ferr.Error()
 		}
 	}
@@ -227,6 +235,9 @@ func (e ReportEntry) check(at string) []error {
 		if c.n != nil && *c.n > requests {
 			bad(c.field, "must be at most requests (%d): a window's %s are among its requests, has %d", requests, c.field, *c.n)
 		}
+	}
+	if c := e.Candidate; c != nil {
+		c.check(bad)
 	}
 	if e.ConfigGeneration < 0 {
 		bad("configGeneration", "must be at least 0, is %d", e.ConfigGeneration)

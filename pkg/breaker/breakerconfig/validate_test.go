@@ -118,6 +118,10 @@ func FuzzAgentReport(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"breakers":[{"name":"x","state":"Open","since":"2026-01-01T00:00:00Z","reason":"Tripped","requests":5,"accepts":6}]}`))
 	f.Add([]byte(`{"breakers":[{"name":"x","state":"Closed","since":"2026-01-01T00:00:00.5+02:00","reason":"Started","keys":{"keys":1,"open":0,"halfOpen":0,"worst":["a"]}}]}`))
+	withCandidate := validEntry()
+	withCandidate.Candidate = validCandidateEntry()
+	good, _ = json.Marshal(AgentReport{Breakers: []ReportEntry{withCandidate}})
+	f.Add(good)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := ParseAgentReport(body)
 		if err != nil {

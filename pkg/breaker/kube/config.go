@@ -97,6 +97,9 @@ func (a *applier) apply(data map[string]string) {
 	for name := range a.breakers {
 		if next[name] == nil {
 			a.log.Info("Breaker no longer published; back to the default policy", "breaker", name)
+			if b, ok := a.reg.Lookup(name); ok {
+				a.configureCandidate(b, nil) // the default policy has no candidate
+			}
 			if a.rep != nil {
 				a.rep.unconfigure(name)
 			}
@@ -205,6 +208,7 @@ func (a *applier) reconcileLocked() {
 		if withTraffic && c.good.Fleet != nil {
 			b.SetFleet(fleetOf(*c.good.Fleet))
 		}
+		a.configureCandidate(b, c.good)
 		if a.rep != nil {
 			a.rep.configure(b, gen, c.refusal, withTraffic)
 		}

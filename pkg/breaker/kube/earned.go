@@ -105,10 +105,10 @@ func (r *reporter) retimed(names []string, ms []member) bool {
 }
 
 // sameTransition reports whether m is w's transition, at most re-timed: the same period,
-// state and reason, config generation and refusal, and traffic.
+// state and reason, config generation and refusal, traffic and candidate.
 func sameTransition(m, w member) bool {
 	return !m.group && m.period == w.period && m.state == w.state && m.reason == w.reason &&
-		m.generation == w.generation && m.configErr == w.configErr && m.traffic == w.traffic
+		m.generation == w.generation && m.configErr == w.configErr && m.traffic == w.traffic && m.candidate == w.candidate
 }
 
 // urgent reports whether the report of names and ms differs from the written one in
@@ -127,7 +127,7 @@ func (r *reporter) urgent(names []string, ms []member) bool {
 			continue // an earned state re-timed is not news (see above)
 		case m.group || breakerconfig.Earned(wireState(m.state), m.reason):
 			return true
-		case found && m.traffic != r.written[j].traffic:
+		case found && (m.traffic != r.written[j].traffic || m.candidate.counts != r.written[j].candidate.counts):
 			// Taken for the report only when due and material, or with a write
 			// that goes anyway (traffic.go): it is waited for already.
 			return true

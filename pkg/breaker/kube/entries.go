@@ -31,6 +31,8 @@ type member struct {
 	worst                [breakerconfig.MaxWorstKeys]string
 	// traffic is the window's traffic as last taken for the report (traffic.go).
 	traffic traffic
+	// candidate is the candidate's state, and its counts as last taken (candidate.go).
+	candidate shadow
 	// period is the Transition.Period that set state, since and reason (not written):
 	// the same period with another since is a re-timing, not a transition (earned.go).
 	period uint64
@@ -55,6 +57,12 @@ type entry struct {
 	breaker *breaker.Breaker
 	window  time.Duration
 	latest  traffic
+	// candidate is the breaker, when its config has a candidate policy; candidateWindow
+	// is the candidate's window, and latestCandidate what it did as last sampled
+	// (candidate.go).
+	candidate       *breaker.Breaker
+	candidateWindow time.Duration
+	latestCandidate shadow
 }
 
 // entry returns the entry of name, creating it. Caller holds mu.

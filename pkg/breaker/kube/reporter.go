@@ -82,6 +82,7 @@ func (r *reporter) flush() {
 func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 	r.refreshGroups()
 	r.refreshTraffic()
+	r.refreshCandidates()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, e := range r.entries {
@@ -109,6 +110,7 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 		return names, ms, false
 	}
 	r.takeTraffic(names, ms)
+	r.takeCandidates(names, ms)
 	return names, ms, true
 }
 

@@ -133,6 +133,9 @@ func (r *reporter) trafficDue(now time.Time, names []string) bool {
 	if now.Before(r.nextTraffic) {
 		return false
 	}
+	if r.candidatesMoved(names) {
+		return true
+	}
 	for _, name := range names {
 		if e := r.entries[name]; e.breaker != nil && trafficMoved(e.want.traffic, e.latest) {
 			return true
@@ -146,12 +149,12 @@ func (r *reporter) trafficDue(now time.Time, names []string) bool {
 func (r *reporter) trafficWritten(now time.Time, was, ms []member) {
 	changed := len(was) != len(ms)
 	for i := 0; !changed && i < len(ms); i++ {
-		changed = was[i].traffic != ms[i].traffic
+		changed = was[i].traffic != ms[i].traffic || was[i].candidate.counts != ms[i].candidate.counts
 	}
 	if !changed {
 		return
 	}
-	if _, window := r.trafficEntries(); window > 0 {
+	if window := r.sampledWindow(); window > 0 {
 		r.nextTraffic = now.Add(window + rand.N(window/4+1))
 	}
 }
@@ -162,7 +165,7 @@ func (r *reporter) trafficWritten(now time.Time, was, ms []member) {
 func (r *reporter) trafficCheck(now time.Time) (time.Duration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, window := r.trafficEntries()
+	window := r.sampledWindow()
 	if window <= 0 {
 		return 0, false
 	}
@@ -170,6 +173,16 @@ func (r *reporter) trafficCheck(now time.Time) (time.Duration, bool) {
 		return wait, true
 	}
 	return window / 4, true
+}
+
+// sampledWindow is the shortest window among the reported breakers whose traffic or
+// candidate the report carries, 0 when it carries neither. Caller holds mu.
+func (r *reporter) sampledWindow() time.Duration {
+	_, window := r.trafficEntries()
+	if w := r.candidateWindow(); w > 0 && (window == 0 || w < window) {
+		window = w
+	}
+	return window
 }
 
 // trafficTimer is the writer's timer for looking at the traffic, armed only while the

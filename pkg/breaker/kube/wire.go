@@ -41,6 +41,7 @@ func reportEntry(name string, m member) breakerconfig.ReportEntry {
 	if t := m.traffic; t.on {
 		e.Requests, e.Accepts, e.Retries, e.Throttled = &t.requests, &t.accepts, &t.retries, &t.throttled
 	}
+	e.Candidate = candidateEntry(m.candidate)
 	if m.group {
 		e.Keys = &breakerconfig.KeySummary{Keys: m.keys, Open: m.open, HalfOpen: m.halfOpen}
 		if m.nWorst > 0 {

@@ -222,3 +222,90 @@ func TestFailuresToOpen(t *testing.T) {
 		}
 	}
 }
+
+// The webhook judges spec.candidate as the schema does: whole milliseconds, and the open
+// period the candidate ends up with, naming the candidate's field; ratcheted like the spec.
+func TestValidateCandidate(t *testing.T) {
+	with := func(spec resiliencev1alpha1.CircuitBreakerSpec, c resiliencev1alpha1.CandidatePolicy) *resiliencev1alpha1.CircuitBreaker {
+		spec.Candidate = &c
+		return &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec}
+	}
+	none := resiliencev1alpha1.CircuitBreakerSpec{}
+	for _, tc := range []struct {
+		name   string
+		cb     *resiliencev1alpha1.CircuitBreaker
+		fields []string
+	}{
+		{"openTimeout below a millisecond", with(none, resiliencev1alpha1.CandidatePolicy{OpenTimeout: dur("1.0000001s")}), []string{"spec.candidate.openTimeout"}},
+		{"window and slowCallDuration below a millisecond", with(none, resiliencev1alpha1.CandidatePolicy{Window: dur("10s1ns"), SlowCallDuration: dur("1ms1ns")}),
+			[]string{"spec.candidate.window", "spec.candidate.slowCallDuration"}},
+		{"maxOpenTimeout below its own openTimeout", with(none, resiliencev1alpha1.CandidatePolicy{OpenTimeout: dur("2m"), MaxOpenTimeout: dur("1m")}), []string{"spec.candidate.maxOpenTimeout"}},
+		{"maxOpenTimeout below the spec's openTimeout", with(resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("2m")}, resiliencev1alpha1.CandidatePolicy{MaxOpenTimeout: dur("1m")}),
+			[]string{"spec.candidate.maxOpenTimeout"}},
+		{"maxOpenTimeout below the default openTimeout", with(none, resiliencev1alpha1.CandidatePolicy{MaxOpenTimeout: dur("10s")}), []string{"spec.candidate.maxOpenTimeout"}},
+		{"openTimeout above the spec's maxOpenTimeout", with(resiliencev1alpha1.CircuitBreakerSpec{MaxOpenTimeout: dur("1m")}, resiliencev1alpha1.CandidatePolicy{OpenTimeout: dur("2m")}),
+			[]string{"spec.candidate.openTimeout"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := (Validator{}).ValidateCreate(context.Background(), tc.cb)
+			if got := causes(t, err); strings.Join(got, ",") != strings.Join(tc.fields, ",") {
+				t.Errorf("fields %v, want %v (%v)", got, tc.fields, err)
+			}
+		})
+	}
+	for _, cb := range []*resiliencev1alpha1.CircuitBreaker{
+		with(none, resiliencev1alpha1.CandidatePolicy{}),
+		with(resiliencev1alpha1.CircuitBreakerSpec{MaxOpenTimeout: dur("1m")}, resiliencev1alpha1.CandidatePolicy{OpenTimeout: dur("2m"), MaxOpenTimeout: dur("2m")}),
+		with(resiliencev1alpha1.CircuitBreakerSpec{OpenTimeout: dur("1m")}, resiliencev1alpha1.CandidatePolicy{MaxOpenTimeout: dur("1m")}),
+		with(none, resiliencev1alpha1.CandidatePolicy{FailureRatePercent: ptr.To[int32](20), Window: dur("1.5s")}),
+	} {
+		if _, err := (Validator{}).ValidateCreate(context.Background(), cb); err != nil {
+			t.Errorf("candidate %+v refused: %v", cb.Spec.Candidate, err)
+		}
+	}
+
+	// Stored before the rule, kept as it was: the update is let through.
+	old := with(resiliencev1alpha1.CircuitBreakerSpec{MaxOpenTimeout: dur("1m")}, resiliencev1alpha1.CandidatePolicy{OpenTimeout: dur("2m"), Window: dur("10s1ns")})
+	relabelled := old.DeepCopy()
+	relabelled.Labels = map[string]string{"team": "payments"}
+	if _, err := (Validator{}).ValidateUpdate(context.Background(), old, relabelled); err != nil {
+		t.Errorf("an update that keeps the candidate as stored: %v", err)
+	}
+	lowered := old.DeepCopy()
+	lowered.Spec.MaxOpenTimeout = dur("90s")
+	if got := causes(t, func() error { _, err := (Validator{}).ValidateUpdate(context.Background(), old, lowered); return err }()); strings.Join(got, ",") != "spec.candidate.openTimeout" {
+		t.Errorf("an update that changes the pair: %v", got)
+	}
+}
+
+func TestCandidateWarnings(t *testing.T) {
+	const (
+		same   = "spec.candidate sets nothing the spec does not already: it judges every call exactly as the enforced policy does, so it can tell you nothing; set the fields you want to try"
+		forced = "spec.candidate is judged on the calls that run, and spec.mode ForcedOpen runs none: it will show nothing until the mode lets calls through"
+	)
+	for _, tc := range []struct {
+		name string
+		spec resiliencev1alpha1.CircuitBreakerSpec
+		want []string
+	}{
+		{"a candidate that changes something", resiliencev1alpha1.CircuitBreakerSpec{Candidate: &resiliencev1alpha1.CandidatePolicy{FailureRatePercent: ptr.To[int32](20)}}, nil},
+		{"an empty candidate", resiliencev1alpha1.CircuitBreakerSpec{Candidate: &resiliencev1alpha1.CandidatePolicy{}}, []string{same}},
+		{"a candidate that repeats the defaults", resiliencev1alpha1.CircuitBreakerSpec{Candidate: &resiliencev1alpha1.CandidatePolicy{FailureRatePercent: ptr.To[int32](50), Window: dur("10s")}}, []string{same}},
+		{"a candidate under ForcedOpen", resiliencev1alpha1.CircuitBreakerSpec{Mode: resiliencev1alpha1.ModeForcedOpen,
+			Candidate: &resiliencev1alpha1.CandidatePolicy{FailureRatePercent: ptr.To[int32](20)}}, []string{forced}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := map[string]string{resiliencev1alpha1.AnnotationForcedBy: "alice", resiliencev1alpha1.AnnotationForcedReason: "INC-1"}
+			cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: ann}, Spec: tc.spec}
+			got := Warnings(cb)
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("warnings:\n%q\nwant:\n%q", got, tc.want)
+			}
+			for _, w := range got {
+				if len(w) > 256 {
+					t.Errorf("warning over 256 characters (%d): %s", len(w), w)
+				}
+			}
+		})
+	}
+}

@@ -125,6 +125,7 @@ func validateSpec(s, old *resiliencev1alpha1.CircuitBreakerSpec, path *field.Pat
 	}
 	errs = append(errs, validateRetryBudget(s.RetryBudget, oldBudget, path.Child("retryBudget"))...)
 	errs = append(errs, validateThrottle(s.Throttle, oldThrottle, path.Child("throttle"))...)
+	errs = append(errs, validateCandidate(s, old, path.Child("candidate"))...)
 	return errs
 }
 

@@ -36,7 +36,9 @@ const (
 //   - slowCallDuration under ShortSlowCallDuration or over LongSlowCallDuration;
 //   - slowCallRatePercent other than its default with no slowCallDuration,
 //     where it judges nothing;
-//   - maxOpenTimeout equal to openTimeout, which backs off nothing.
+//   - maxOpenTimeout equal to openTimeout, which backs off nothing;
+//   - a candidate that changes nothing of the policy, or one under mode ForcedOpen,
+//     which runs no call for it to judge.
 //
 // Unset fields count with their defaults.
 func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
@@ -66,7 +68,8 @@ func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
 				s.Mode, plural(len(missing), "annotation", "annotations"), strings.Join(missing, " and "), plural(len(missing), "is", "are"), heldState(s.Mode)))
 		}
 	}
-	return append(w, timingWarnings(s)...)
+	w = append(w, timingWarnings(s)...)
+	return append(w, candidateWarnings(cb, s)...)
 }
 
 // timingWarnings are Warnings' findings about slow calls and backoff (docs/design.md §5.13).
