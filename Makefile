@@ -93,7 +93,7 @@ test-release: envtest kustomize ## Test what ships: the image (build, push, pull
 	assets="$$(hack/envtest.sh)" && cd hack/helm && KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" GOWORK=off go test -count=1 -timeout 15m ./...
 
 .PHONY: test-cluster
-test-cluster: ## Run test/cluster on a real single-node cluster: build the images, up, load, install with Helm, run, down, check the host (docs/cluster.md).
+test-cluster: ## Run test/cluster on a real two-node cluster (CLUSTER_NODES=1: one): build the images, up, load, install with Helm, run, down, check the host (docs/cluster.md).
 	test/cluster/run.sh
 
 .PHONY: bench
@@ -161,7 +161,7 @@ demo: build envtest ## Run the scripted end-to-end demo on a local control plane
 	$(LOCALBIN)/fusebox-demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
 
 .PHONY: cluster
-cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.
+cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own (hack/cluster.sh up --nodes 2: two); docs/cluster.md.
 	hack/cluster.sh up
 
 .PHONY: cluster-down
