@@ -28,13 +28,8 @@ type MemberStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	Pod string `json:"pod"`
 
-	// state is the pod's circuit state.
-	// +required
-	State State `json:"state"`
-
-	// since is when the pod's circuit reached its state.
-	// +required
-	Since metav1.Time `json:"since"`
+	// The pod's circuit, as its report said.
+	PodCircuit `json:",inline"`
 
 	// reason is how the pod's circuit reached its state: Started, Tripped,
 	// Manual, ProbeFailed, ProbesSucceeded, TimedOut, Adopted or Forced.
@@ -42,58 +37,9 @@ type MemberStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason,omitempty"`
 
-	// failureRatePercent is the failure rate of the pod's window, in percent,
-	// at the transition into state.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100
-	FailureRatePercent *int32 `json:"failureRatePercent,omitempty"`
-
-	// calls is how many calls the pod's window held at the transition.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	Calls *int64 `json:"calls,omitempty"`
-
-	// slowCallRatePercent is the slow-call rate of the window, in percent, at
-	// the transition; set when the breaker judges slow calls.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100
-	SlowCallRatePercent *int32 `json:"slowCallRatePercent,omitempty"`
-
-	// trigger says what opened the circuit, for reasons Tripped and
-	// ProbeFailed: FailureRate, SlowCallRate, FailedProbe or SlowProbe.
-	// +optional
-	// +kubebuilder:validation:Enum=FailureRate;SlowCallRate;FailedProbe;SlowProbe
-	Trigger string `json:"trigger,omitempty"`
-
-	// consecutiveOpens is how many open periods in a row the circuit has had,
-	// counting the current one, with no close in between (maxOpenTimeout backs
-	// them off). 0 when closed.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	ConsecutiveOpens int32 `json:"consecutiveOpens,omitempty"`
-
-	// openTimeout is the length of the current open period (while half-open,
-	// of the last one), backed off by maxOpenTimeout.
-	// +optional
-	// +kubebuilder:validation:Type=string
-	OpenTimeout *metav1.Duration `json:"openTimeout,omitempty"`
-
 	// keys summarises the per-key breakers of a breaker Group, for a Group.
 	// +optional
 	Keys *KeySummary `json:"keys,omitempty"`
-
-	// configGeneration is the generation of the configuration the pod runs.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	ConfigGeneration int64 `json:"configGeneration,omitempty"`
-
-	// configError says why the pod refused the latest published configuration;
-	// it keeps running its last good one. Empty when it runs the latest.
-	// +optional
-	// +kubebuilder:validation:MaxLength=1024
-	ConfigError string `json:"configError,omitempty"`
 }
 
 // MaxGroupKeys bounds each count of the KeySummary a pod reports (a rule of

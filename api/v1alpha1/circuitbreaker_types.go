@@ -39,16 +39,18 @@ const (
 	ScopeFleet Scope = breakerconfig.ScopeFleet
 )
 
-// Defaults of CircuitBreakerSpec, as the API server fills them in.
+// Defaults of CircuitBreakerSpec, as the API server fills them in. Those of the policy
+// fields are the library's too, stated once in breakerconfig; the others are the
+// resource's own. TestDefaultMarkers holds the +kubebuilder:default markers to them.
 const (
-	DefaultOpenTimeout            = "30s"
-	DefaultWindow                 = "10s"
-	DefaultFailureRatePercent     = 50
-	DefaultMinimumThroughput      = 20
-	DefaultSuccessThreshold       = 2
-	DefaultHalfOpenPermittedCalls = 1
+	DefaultOpenTimeout            = breakerconfig.DefaultOpenTimeout
+	DefaultWindow                 = breakerconfig.DefaultWindow
+	DefaultFailureRatePercent     = breakerconfig.DefaultFailureRatePercent
+	DefaultMinimumThroughput      = breakerconfig.DefaultMinimumThroughput
+	DefaultSuccessThreshold       = breakerconfig.DefaultSuccessThreshold
+	DefaultHalfOpenPermittedCalls = breakerconfig.DefaultHalfOpenPermittedCalls
 	DefaultFleetQuorumPercent     = 0
-	DefaultSlowCallRatePercent    = 100
+	DefaultSlowCallRatePercent    = breakerconfig.DefaultSlowCallRatePercent
 	DefaultRetryBudgetPercent     = 20
 	DefaultRetryMinPerSecond      = 10
 	DefaultThrottleK              = 2.0

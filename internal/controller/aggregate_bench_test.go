@@ -29,12 +29,14 @@ func BenchmarkAggregate(b *testing.B) {
 	}{
 		{"traffic", throttled, func(i int) resiliencev1alpha1.BreakerReportEntry {
 			requests, accepts, retries, none := int64(900+i%200), int64(400+i%300), int64(i%50), int64(0)
-			return resiliencev1alpha1.BreakerReportEntry{Name: "b", State: resiliencev1alpha1.StateClosed, Reason: "Started", Since: since,
-				ConfigGeneration: 1, Requests: &requests, Accepts: &accepts, Retries: &retries, Throttled: &none}
+			return resiliencev1alpha1.BreakerReportEntry{Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateClosed, Since: since,
+				ConfigGeneration: 1}, Reason: "Started",
+				Requests: &requests, Accepts: &accepts, Retries: &retries, Throttled: &none}
 		}},
 		{"group", plain, func(i int) resiliencev1alpha1.BreakerReportEntry {
-			return resiliencev1alpha1.BreakerReportEntry{Name: "b", State: resiliencev1alpha1.StateClosed, Reason: "Started", Since: since,
-				ConfigGeneration: 1, Keys: &resiliencev1alpha1.KeySummary{Keys: int32(200 + i%100), Open: int32(i % 3),
+			return resiliencev1alpha1.BreakerReportEntry{Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateClosed, Since: since,
+				ConfigGeneration: 1}, Reason: "Started",
+				Keys: &resiliencev1alpha1.KeySummary{Keys: int32(200 + i%100), Open: int32(i % 3),
 					Worst: []string{fmt.Sprintf("host-%d.example", i%7), fmt.Sprintf("host-%d.example", i%11)}}}
 		}},
 	} {

@@ -100,7 +100,7 @@ func writeOwn(ctx context.Context, as client.Client, rep *resiliencev1alpha1.Bre
 }
 
 func line(breaker string, state resiliencev1alpha1.State, reason string, since time.Time) resiliencev1alpha1.BreakerReportEntry {
-	return resiliencev1alpha1.BreakerReportEntry{Name: breaker, State: state, Reason: reason, Since: metav1.NewTime(since), ConfigGeneration: 1}
+	return resiliencev1alpha1.BreakerReportEntry{Name: breaker, PodCircuit: resiliencev1alpha1.PodCircuit{State: state, Since: metav1.NewTime(since), ConfigGeneration: 1}, Reason: reason}
 }
 
 // Each spec is an attack of issue 18 made by one pod under its own identity; each failed

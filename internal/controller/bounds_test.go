@@ -119,7 +119,7 @@ func TestDecideFleetIgnoresAClosedNoProbeCouldHaveEarned(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			closer := member{pod: "z", since: start.Add(tc.closedAt), entry: resiliencev1alpha1.BreakerReportEntry{
-				Name: "b", State: closed, Reason: succeeded, Since: metav1.NewTime(start.Add(tc.closedAt)), ConfigGeneration: 1}}
+				Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: closed, Since: metav1.NewTime(start.Add(tc.closedAt)), ConfigGeneration: 1}, Reason: succeeded}}
 			d := decideFleet(cb, append(append([]member{}, nine...), closer))
 			if d.open != tc.wantOpen {
 				t.Errorf("open %v, want %v (verdict %+v)", d.open, tc.wantOpen, d.verdict)
@@ -175,7 +175,7 @@ func TestObservationsAreTheOperatorsClockNotTheReports(t *testing.T) {
 		}
 	}
 	line := func(name string, state resiliencev1alpha1.State, reason string, since time.Time) resiliencev1alpha1.BreakerReportEntry {
-		return resiliencev1alpha1.BreakerReportEntry{Name: name, State: state, Reason: reason, Since: metav1.NewTime(since)}
+		return resiliencev1alpha1.BreakerReportEntry{Name: name, PodCircuit: resiliencev1alpha1.PodCircuit{State: state, Since: metav1.NewTime(since)}, Reason: reason}
 	}
 	var o observations
 	forged := report("u1", line("b", closed, succeeded, century), line("c", open, tripped, t0.Add(-time.Minute)))

@@ -33,9 +33,8 @@ func renderCandidate(s resiliencev1alpha1.CircuitBreakerSpec) *breakerconfig.Can
 		return nil
 	}
 	cs := s.CandidateSpec()
-	// The defaults are constants that parse; a stored duration is a duration already.
-	openTimeout, _ := durationOr(cs.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
-	window, _ := durationOr(cs.Window, resiliencev1alpha1.DefaultWindow)
+	openTimeout := durationOr(cs.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
+	window := durationOr(cs.Window, resiliencev1alpha1.DefaultWindow)
 	c := &breakerconfig.Candidate{
 		OpenTimeout:            breakerconfig.Duration(openTimeout),
 		Window:                 breakerconfig.Duration(window),

@@ -24,7 +24,7 @@ func withCandidate(gen int64, c resiliencev1alpha1.CandidatePolicy) *resiliencev
 func judging(pod string, gen int64, state resiliencev1alpha1.State, opens, wouldRefuse int64) member {
 	start := metav1.NewTime(time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC))
 	return member{pod: pod, entry: resiliencev1alpha1.BreakerReportEntry{
-		Name: "payments-api", State: resiliencev1alpha1.StateClosed, ConfigGeneration: gen,
+		Name: "payments-api", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateClosed, ConfigGeneration: gen},
 		Candidate: &resiliencev1alpha1.CandidateReport{
 			State: state, Opens: opens, WouldRefuse: wouldRefuse, StartTime: &start,
 			TimeOpen: &metav1.Duration{Duration: time.Duration(opens) * 10 * time.Second},

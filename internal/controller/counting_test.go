@@ -21,7 +21,7 @@ func TestCountPod(t *testing.T) {
 		return p
 	}
 	entries := func(state resiliencev1alpha1.State) []resiliencev1alpha1.BreakerReportEntry {
-		return []resiliencev1alpha1.BreakerReportEntry{{Name: "b", State: state}}
+		return []resiliencev1alpha1.BreakerReportEntry{{Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: state}}}
 	}
 	own := func(owner types.UID) *resiliencev1alpha1.BreakerReport {
 		return &resiliencev1alpha1.BreakerReport{
@@ -133,7 +133,7 @@ func TestIndexKeepsTheSnapshotsOfBreakersThatDidNotChange(t *testing.T) {
 		return derived{state: &podState{members: entries}}
 	}
 	entry := func(breaker string, s resiliencev1alpha1.State) member {
-		return member{entry: resiliencev1alpha1.BreakerReportEntry{Name: breaker, State: s}, since: t0}
+		return member{entry: resiliencev1alpha1.BreakerReportEntry{Name: breaker, PodCircuit: resiliencev1alpha1.PodCircuit{State: s}}, since: t0}
 	}
 	idx.apply(ns, map[string]derived{
 		"a": state("a", entry("x", closed), entry("y", closed)),
@@ -169,7 +169,7 @@ func TestIndexKeepsTheSnapshotsOfBreakersThatDidNotChange(t *testing.T) {
 func TestFirstSightIsThePodsWhateverCarriedIt(t *testing.T) {
 	var o observations
 	since := t0.Add(-time.Minute)
-	opened := resiliencev1alpha1.BreakerReportEntry{Name: "b", State: open, Reason: tripped, Since: metav1.NewTime(since)}
+	opened := resiliencev1alpha1.BreakerReportEntry{Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: open, Since: metav1.NewTime(since)}, Reason: tripped}
 	own := &resiliencev1alpha1.BreakerReport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0", UID: "report",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "web-0", UID: "pod-uid"}}},

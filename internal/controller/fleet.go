@@ -148,10 +148,10 @@ const maxCountedOpens = 1000
 // pod's count is only a count: clamped to at least 1 and to the first k whose period
 // reaches maxOpenTimeout (1 without backoff), it is returned with its period.
 func specOpenPeriod(cb *resiliencev1alpha1.CircuitBreaker, consecutiveOpens int32) (int32, time.Duration) {
-	base, err := durationOr(cb.Spec.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
-	if err != nil || base <= 0 {
+	base := durationOr(cb.Spec.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
+	if base <= 0 {
 		// A spec render refuses; the pods keep their last good config, with its period.
-		base, _ = time.ParseDuration(resiliencev1alpha1.DefaultOpenTimeout)
+		base = resiliencev1alpha1.DefaultOpenTimeout
 	}
 	ceiling := base
 	if m := cb.Spec.MaxOpenTimeout; m != nil && m.Duration > base {

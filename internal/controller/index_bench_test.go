@@ -26,8 +26,8 @@ func BenchmarkOnePodChanges(b *testing.B) {
 		if state == resiliencev1alpha1.StateOpen {
 			reason = tripped
 		}
-		return resiliencev1alpha1.BreakerReportEntry{Name: "b", State: state, Reason: reason, ConfigGeneration: 1,
-			Since: metav1.NewTime(t0.Add(time.Duration(i) * time.Millisecond))}
+		return resiliencev1alpha1.BreakerReportEntry{Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: state, ConfigGeneration: 1,
+			Since: metav1.NewTime(t0.Add(time.Duration(i) * time.Millisecond))}, Reason: reason}
 	}
 	// The i-th change: a pod's entry goes the other way (open ones close, closed ones
 	// open), at a time no entry had before.

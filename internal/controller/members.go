@@ -191,25 +191,19 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 	}
 	out := make([]resiliencev1alpha1.MemberStatus, 0, len(top))
 	for _, m := range top {
+		// A copy: the reports are the cache's own objects, and the status patch decodes
+		// the API server's answer into the pointers of the line.
+		c := *m.entry.PodCircuit.DeepCopy()
+		// Whole seconds, as the API server stores a metav1.Time: a report's milliseconds
+		// kept here would make every stored status differ from the one computed again,
+		// and every reconcile patch it.
+		c.Since = metav1.NewTime(c.Since.Time).Rfc3339Copy()
+		c.ConfigError = reportText(c.ConfigError, maxConfigErrorText)
 		out = append(out, resiliencev1alpha1.MemberStatus{
-			Pod:   podName(m),
-			State: m.entry.State,
-			// Whole seconds, as the API server stores a metav1.Time: a report's
-			// milliseconds kept here would make every stored status differ from the
-			// one computed again, and every reconcile patch it.
-			Since:  metav1.NewTime(m.entry.Since.Time).Rfc3339Copy(),
-			Reason: m.entry.Reason,
-			// Copies: the reports are the cache's own objects, and the status patch
-			// decodes the API server's answer into these pointers.
-			FailureRatePercent:  clone(m.entry.FailureRatePercent),
-			Calls:               clone(m.entry.Calls),
-			SlowCallRatePercent: clone(m.entry.SlowCallRatePercent),
-			Trigger:             m.entry.Trigger,
-			ConsecutiveOpens:    m.entry.ConsecutiveOpens,
-			OpenTimeout:         clone(m.entry.OpenTimeout),
-			Keys:                memberKeys(m.entry.Keys),
-			ConfigGeneration:    m.entry.ConfigGeneration,
-			ConfigError:         reportText(m.entry.ConfigError, maxConfigErrorText),
+			Pod:        podName(m),
+			PodCircuit: c,
+			Reason:     m.entry.Reason,
+			Keys:       memberKeys(m.entry.Keys),
 		})
 	}
 	return out
@@ -219,15 +213,6 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 // name already, but a node agent carries names the API server did not judge.
 func podName(m *member) string {
 	return reportText(m.pod, maxNameText)
-}
-
-// clone returns a copy of *p, or nil.
-func clone[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	c := *p
-	return &c
 }
 
 // openedMessage describes who opened the breaker, on what evidence, and for how long when

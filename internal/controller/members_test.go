@@ -42,7 +42,7 @@ const (
 func at(pod string, state resiliencev1alpha1.State, reason string, offset time.Duration) member {
 	since := t0.Add(offset)
 	return member{pod: pod, since: since, entry: resiliencev1alpha1.BreakerReportEntry{
-		Name: "b", State: state, Reason: reason, Since: metav1.NewTime(since), ConfigGeneration: 1,
+		Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: state, Since: metav1.NewTime(since), ConfigGeneration: 1}, Reason: reason,
 	}}
 }
 
@@ -150,7 +150,7 @@ func TestDecideFleetIgnoresOpensFromBeforeTheBreakerWasCreated(t *testing.T) {
 func TestAFutureOpenDoesNotPinTheFleet(t *testing.T) {
 	rep := &resiliencev1alpha1.BreakerReport{
 		ObjectMeta: metav1.ObjectMeta{Name: "skewed", ManagedFields: []metav1.ManagedFieldsEntry{{Time: ptr.To(metav1.NewTime(t0))}}},
-		Breakers:   []resiliencev1alpha1.BreakerReportEntry{{Name: "b", State: open, Reason: tripped, Since: metav1.NewTime(t0.Add(time.Hour))}},
+		Breakers:   []resiliencev1alpha1.BreakerReportEntry{{Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: open, Since: metav1.NewTime(t0.Add(time.Hour))}, Reason: tripped}},
 	}
 	members := append(membersOf(rep, []time.Time{t0}), at("prober", closed, succeeded, 10*time.Second))
 	d := decideFleet(fleetBreaker(0), members)

@@ -18,14 +18,8 @@ import (
 // error naming the field, so it never reaches the ConfigMap.
 func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdict, traffic fleetTraffic) (breakerconfig.Config, error) {
 	s := cb.Spec
-	openTimeout, err := durationOr(s.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
-	if err != nil {
-		return breakerconfig.Config{}, fmt.Errorf("spec.openTimeout: %w", err)
-	}
-	window, err := durationOr(s.Window, resiliencev1alpha1.DefaultWindow)
-	if err != nil {
-		return breakerconfig.Config{}, fmt.Errorf("spec.window: %w", err)
-	}
+	openTimeout := durationOr(s.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
+	window := durationOr(s.Window, resiliencev1alpha1.DefaultWindow)
 	mode := s.Mode
 	if mode == "" {
 		mode = resiliencev1alpha1.ModeEnforce
@@ -76,11 +70,11 @@ func renderSlowCallsAndBackoff(c *breakerconfig.Config, s resiliencev1alpha1.Cir
 	}
 }
 
-func durationOr(d *metav1.Duration, def string) (time.Duration, error) {
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	if d == nil {
-		return time.ParseDuration(def)
+		return def
 	}
-	return d.Duration, nil
+	return d.Duration
 }
 
 func int32Or(p *int32, def int32) int32 {

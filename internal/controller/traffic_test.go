@@ -84,8 +84,7 @@ func TestRenderTheFleetPolicies(t *testing.T) {
 }
 
 func trafficMember(pod string, requests, accepts, retries, throttled *int64) member {
-	return member{pod: pod, entry: resiliencev1alpha1.BreakerReportEntry{Name: "b", State: resiliencev1alpha1.StateClosed,
-		Requests: requests, Accepts: accepts, Retries: retries, Throttled: throttled}}
+	return member{pod: pod, entry: resiliencev1alpha1.BreakerReportEntry{Name: "b", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateClosed}, Requests: requests, Accepts: accepts, Retries: retries, Throttled: throttled}}
 }
 
 // Every running pod counts, reporting traffic or not; each count is bounded by the

@@ -176,8 +176,8 @@ func TestDetailShowsEveryMemberColumn(t *testing.T) {
 	cb.Spec.Override = &resiliencev1alpha1.Override{Mode: resiliencev1alpha1.ModeForcedClosed, Until: metaTime(now.Add(90 * time.Minute)), Reason: "load test"}
 	cb.Status.State = resiliencev1alpha1.StateOpen
 	cb.Status.Members = []resiliencev1alpha1.MemberStatus{{
-		Pod: "app-3", State: resiliencev1alpha1.StateOpen, Since: metaTime(now.Add(-2 * time.Minute)), Reason: "Tripped",
-		Trigger: "SlowCallRate", FailureRatePercent: ptr.To[int32](10), SlowCallRatePercent: ptr.To[int32](80), Calls: ptr.To[int64](50), ConsecutiveOpens: 3,
+		Pod: "app-3", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateOpen, Since: metaTime(now.Add(-2 * time.Minute)),
+			Trigger: "SlowCallRate", FailureRatePercent: ptr.To[int32](10), SlowCallRatePercent: ptr.To[int32](80), Calls: ptr.To[int64](50), ConsecutiveOpens: 3}, Reason: "Tripped",
 	}}
 	var b strings.Builder
 	if err := writeDetail(&b, cb, nil, now); err != nil {

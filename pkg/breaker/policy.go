@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // State is the state of a circuit.
@@ -30,21 +32,22 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", int32(s))
 }
 
-// Mode says how far a breaker acts on its own verdict.
+// Mode says how far a breaker acts on its own verdict. Its values are the ones the
+// published configuration spells.
 type Mode string
 
 const (
 	// ModeEnforce short-circuits calls when the circuit is open. The empty Mode means this.
-	ModeEnforce Mode = "Enforce"
+	ModeEnforce Mode = breakerconfig.ModeEnforce
 	// ModeMetricsOnly computes and reports the verdict exactly as Enforce would but never
 	// short-circuits: a call Enforce would have refused runs, and its outcome is not recorded,
 	// so the verdict a dry run reports is the one enforcing would have produced.
-	ModeMetricsOnly Mode = "MetricsOnly"
+	ModeMetricsOnly Mode = breakerconfig.ModeMetricsOnly
 	// ModeForcedOpen holds the circuit open and refuses every call until the mode changes.
-	ModeForcedOpen Mode = "ForcedOpen"
+	ModeForcedOpen Mode = breakerconfig.ModeForcedOpen
 	// ModeForcedClosed holds the circuit closed: every call runs and is recorded, and the
 	// circuit never opens.
-	ModeForcedClosed Mode = "ForcedClosed"
+	ModeForcedClosed Mode = breakerconfig.ModeForcedClosed
 )
 
 // validate reports whether m is one of the four modes or empty (which means ModeEnforce).
@@ -127,15 +130,17 @@ type Throttle struct {
 // (with a SlowCallRatio of 1 ready for when SlowCallDuration is set) and no backoff. It is
 // what the zero Policy means.
 func DefaultPolicy() Policy {
+	// The values are the ones the operator fills into a CircuitBreaker, which the wire
+	// states once for both.
 	return Policy{
-		OpenTimeout:            30 * time.Second,
-		Window:                 10 * time.Second,
-		FailureRatio:           0.5,
-		MinimumThroughput:      20,
-		SuccessThreshold:       2,
-		HalfOpenPermittedCalls: 1,
+		OpenTimeout:            breakerconfig.DefaultOpenTimeout,
+		Window:                 breakerconfig.DefaultWindow,
+		FailureRatio:           breakerconfig.DefaultFailureRatePercent / 100.0,
+		MinimumThroughput:      breakerconfig.DefaultMinimumThroughput,
+		SuccessThreshold:       breakerconfig.DefaultSuccessThreshold,
+		HalfOpenPermittedCalls: breakerconfig.DefaultHalfOpenPermittedCalls,
 		Mode:                   ModeEnforce,
-		SlowCallRatio:          1,
+		SlowCallRatio:          breakerconfig.DefaultSlowCallRatePercent / 100.0,
 	}
 }
 

@@ -120,8 +120,8 @@ func TestFlowControlFilesReportsApartFromTheOperator(t *testing.T) {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-a", UID: uid}},
 		},
 		Breakers: []resiliencev1alpha1.BreakerReportEntry{{
-			Name: "cart", State: resiliencev1alpha1.StateOpen, Reason: breakerconfig.ReasonTripped,
-			Since: metav1.NewTime(time.Now()),
+			Name: "cart", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateOpen,
+				Since: metav1.NewTime(time.Now())}, Reason: breakerconfig.ReasonTripped,
 		}},
 	}
 	must(t, pod.Create(ctx, report))

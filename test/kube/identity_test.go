@@ -51,8 +51,8 @@ func forgedReport(ns, name string, owners ...metav1.OwnerReference) *resiliencev
 	return &resiliencev1alpha1.BreakerReport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, OwnerReferences: owners},
 		Breakers: []resiliencev1alpha1.BreakerReportEntry{{
-			Name: "cart", State: resiliencev1alpha1.StateOpen, Reason: breakerconfig.ReasonTripped,
-			Since: metav1.NewTime(time.Now()),
+			Name: "cart", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateOpen,
+				Since: metav1.NewTime(time.Now())}, Reason: breakerconfig.ReasonTripped,
 		}},
 	}
 }

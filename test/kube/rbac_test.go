@@ -129,8 +129,8 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner, UID: uid}},
 			},
 			Breakers: []resiliencev1alpha1.BreakerReportEntry{{
-				Name: "forged", State: resiliencev1alpha1.StateOpen, Reason: breakerconfig.ReasonTripped,
-				Since: metav1.NewTime(time.Now()),
+				Name: "forged", PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateOpen,
+					Since: metav1.NewTime(time.Now())}, Reason: breakerconfig.ReasonTripped,
 			}},
 		}
 	}

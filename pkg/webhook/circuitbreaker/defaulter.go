@@ -2,7 +2,6 @@ package circuitbreaker
 
 import (
 	"context"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -10,20 +9,6 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
-
-// Parsed once: the v1alpha1 constants are strings because the CRD defaults are.
-var (
-	defaultOpenTimeout = mustParseDuration(resiliencev1alpha1.DefaultOpenTimeout)
-	defaultWindow      = mustParseDuration(resiliencev1alpha1.DefaultWindow)
-)
-
-func mustParseDuration(s string) time.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		panic("v1alpha1 default " + s + " is not a duration: " + err.Error())
-	}
-	return d
-}
 
 // Defaulter fills in the unset fields of a CircuitBreaker's spec with their
 // documented defaults. It never changes a field that is set.
@@ -40,10 +25,10 @@ func (Defaulter) Default(_ context.Context, cb *resiliencev1alpha1.CircuitBreake
 // SetDefaults sets every unset field of s to its v1alpha1 default.
 func SetDefaults(s *resiliencev1alpha1.CircuitBreakerSpec) {
 	if s.OpenTimeout == nil {
-		s.OpenTimeout = &metav1.Duration{Duration: defaultOpenTimeout}
+		s.OpenTimeout = &metav1.Duration{Duration: resiliencev1alpha1.DefaultOpenTimeout}
 	}
 	if s.Window == nil {
-		s.Window = &metav1.Duration{Duration: defaultWindow}
+		s.Window = &metav1.Duration{Duration: resiliencev1alpha1.DefaultWindow}
 	}
 	if s.FailureRatePercent == nil {
 		s.FailureRatePercent = ptr.To[int32](resiliencev1alpha1.DefaultFailureRatePercent)
