@@ -220,7 +220,7 @@ func NewReconciler(mgr ctrl.Manager, metrics *Metrics) *CircuitBreakerReconciler
 
 // CacheByObject limits what the manager caches for the reconciler: of all ConfigMaps only
 // the ones Fusebox publishes, and of every pod only what tells whether its report counts
-// (name, UID, phase), so the operator's memory does not grow with what the cluster's
+// (name, UID, phase) and its labels (its revision), so the operator's memory does not grow with what the cluster's
 // ConfigMaps and pod specs hold.
 func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
@@ -241,6 +241,9 @@ func trimPod(obj any) (any, error) {
 	trimmed.Namespace, trimmed.Name, trimmed.UID = pod.Namespace, pod.Name, pod.UID
 	trimmed.ResourceVersion, trimmed.DeletionTimestamp = pod.ResourceVersion, pod.DeletionTimestamp
 	trimmed.Status.Phase = pod.Status.Phase
+	// The labels say the pod's revision (docs/design.md §10), and select a Flagger
+	// canary's pods for the rollout gate.
+	trimmed.Labels = pod.Labels
 	return trimmed, nil
 }
 
