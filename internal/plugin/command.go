@@ -45,7 +45,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Show and override Fusebox CircuitBreakers",
 		Long: `kubectl fusebox shows CircuitBreakers (status, watch, a live web dashboard)
 and holds a circuit open or closed for a bounded time (open, close, release)
-through spec.override, which the operator hands back to spec.mode when it ends.`,
+through spec.override, which the operator hands back to spec.mode when it ends,
+and judges a rollout's revision as the operator's rollout gate does (gate).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fusebox"},
@@ -61,6 +62,7 @@ through spec.override, which the operator hands back to spec.mode when it ends.`
 		newReleaseCommand(o),
 		newWatchCommand(o),
 		newDashboardCommand(o),
+		newGateCommand(o),
 	)
 	return root
 }
