@@ -4,7 +4,8 @@
 IMG ?= ghcr.io/fusebox-dev/fusebox:latest
 # The image of examples/in-cluster, which examples/in-cluster/deploy/app.yaml runs.
 EXAMPLE_IMG ?= ghcr.io/fusebox-dev/fusebox-example:latest
-# The fuseboxd sidecar image, which the pod webhook injects (pkg/webhook/podinject).
+# The fuseboxd image: the sidecar the pod webhook injects (pkg/webhook/podinject), and
+# the node agent's DaemonSet (config/nodeagent, which `make deploy` points at it).
 FUSEBOXD_IMG ?= ghcr.io/fusebox-dev/fuseboxd:latest
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -202,8 +203,9 @@ uninstall: manifests kustomize ## Remove the CRDs (and every CircuitBreaker) fro
 	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the operator to the cluster of your KUBECONFIG.
+deploy: manifests kustomize ## Deploy the operator and the node agent to the cluster of your KUBECONFIG.
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd config/nodeagent && $(KUSTOMIZE) edit set image fuseboxd=$(FUSEBOXD_IMG)
 	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
 
 .PHONY: undeploy

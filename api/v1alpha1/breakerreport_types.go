@@ -7,7 +7,17 @@ import (
 // BreakerReportEntry is what one pod says of one of its breakers. It is the
 // wire shape of breakerconfig.ReportEntry, which the pods write; a test keeps
 // the two in step.
+//
+// A window's accepted, retried and throttled calls are among its requests, so
+// none of them may pass requests (a count left out is 0).
+// +kubebuilder:validation:XValidation:rule="!has(self.accepts) || self.accepts <= (has(self.requests) ? self.requests : 0)",message="must be at most requests: the accepted calls of a window are among its requests",fieldPath=".accepts"
+// +kubebuilder:validation:XValidation:rule="!has(self.retries) || self.retries <= (has(self.requests) ? self.requests : 0)",message="must be at most requests: the retries of a window are among its requests",fieldPath=".retries"
+// +kubebuilder:validation:XValidation:rule="!has(self.throttled) || self.throttled <= (has(self.requests) ? self.requests : 0)",message="must be at most requests: the throttled calls of a window are among its requests",fieldPath=".throttled"
 type BreakerReportEntry struct {
+	// The rules on this type cost a few comparisons each per entry: a
+	// NodeBreakerReport holds up to 256 × 100 entries of it, and the API server
+	// refuses a schema whose rules could cost more than its budget over them all.
+
 	// name is the breaker's name, the name of its CircuitBreaker.
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -88,8 +98,10 @@ type BreakerReportEntry struct {
 	// window, admitted or throttled, retries included; written, with accepts,
 	// retries and throttled, only for a breaker with retryBudget or throttle.
 	// The pod writes its traffic at most once a window unless its state
-	// changes; the operator sums it over the fleet. Each of the four is at
-	// most 10^12 (MaxTrafficCount), so the sums over 5,000 pods stay exact.
+	// changes; the operator publishes the median pod's window to the fleet and
+	// sums bounded shares of them into status.traffic. Each of the four is at
+	// most 10^12 (MaxTrafficCount), so the sums over 5,000 pods stay exact;
+	// accepts, retries and throttled are at most requests.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000000000

@@ -185,7 +185,8 @@ type CircuitBreakerStatus struct {
 
 	// keys, for a breaker Group, sums the pods' per-key breakers: keys is the
 	// most any pod holds, open and halfOpen are summed over pods, and worst
-	// names the keys open in the most pods.
+	// names the keys open in the most pods. Each pod counts for at most four
+	// times the median pod's keys (at least 4 × 1,024) and names a key once.
 	// +optional
 	Keys *KeySummary `json:"keys,omitempty"`
 

@@ -74,3 +74,8 @@ const (
 	// EventMemberPruned (Normal): the reports of pods that are gone were deleted.
 	EventMemberPruned = "MemberPruned"
 )
+
+// EventPodNotOnNode (Warning), recorded on a NodeBreakerReport: it carries lines for
+// pods that are not bound to its node (bound to another node, or to none), which count
+// for nothing. A node's agent speaks only for the pods of its node (docs/design.md §9).
+const EventPodNotOnNode = "PodNotOnNode"

@@ -64,6 +64,11 @@ func TestAPIServerAcceptsWhatTheWebhooksAccept(t *testing.T) {
 // int32 (issue 18: a keys.open of 2^31-1 froze a status), and a bound no real pod reaches.
 func TestAPIServerBoundsAReportsCounts(t *testing.T) {
 	ctx := context.Background()
+	traffic := func(requests, accepts, retries, throttled int64) func(map[string]any) {
+		return func(e map[string]any) {
+			e["requests"], e["accepts"], e["retries"], e["throttled"] = requests, accepts, retries, throttled
+		}
+	}
 	group := func(keys, open, halfOpen int64) func(map[string]any) {
 		return func(e map[string]any) { e["keys"] = map[string]any{"keys": keys, "open": open, "halfOpen": halfOpen} }
 	}
@@ -81,6 +86,11 @@ func TestAPIServerBoundsAReportsCounts(t *testing.T) {
 		{"accepts 2^63-1", func(e map[string]any) { e["accepts"] = int64(math.MaxInt64) }, "breakers[0].accepts"},
 		{"retries negative", func(e map[string]any) { e["retries"] = -1 }, "breakers[0].retries"},
 		{"throttled above the traffic bound", func(e map[string]any) { e["throttled"] = int64(resiliencev1alpha1.MaxTrafficCount) + 1 }, "breakers[0].throttled"},
+		// Issue 29: accepts above requests turned throttling off for every quiet pod.
+		{"accepts above requests", traffic(10, 11, 0, 0), "breakers[0].accepts"},
+		{"accepts without requests", func(e map[string]any) { e["accepts"] = 1 }, "breakers[0].accepts"},
+		{"retries above requests", traffic(1_000_000, 0, 1_000_001, 0), "breakers[0].retries"},
+		{"throttled above requests", traffic(5, 0, 0, 6), "breakers[0].throttled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := report("bounded-report", reportEntry(tc.change))
@@ -94,6 +104,13 @@ func TestAPIServerBoundsAReportsCounts(t *testing.T) {
 			}
 		})
 	}
+	// A window at the rules' edge: every request accepted, retried and throttled at once
+	// is more than any pod counts, but no count passes requests.
+	edge := report("bounded-report", reportEntry(traffic(resiliencev1alpha1.MaxTrafficCount, resiliencev1alpha1.MaxTrafficCount, resiliencev1alpha1.MaxTrafficCount, resiliencev1alpha1.MaxTrafficCount)))
+	if err := k8sClient.Create(ctx, edge); err != nil {
+		t.Fatalf("a window whose counts equal its requests refused: %v", err)
+	}
+	_ = k8sClient.Delete(ctx, edge)
 	obj := report("bounded-report", reportEntry(group(resiliencev1alpha1.MaxGroupKeys, resiliencev1alpha1.MaxGroupKeys, resiliencev1alpha1.MaxGroupKeys)))
 	if err := k8sClient.Create(ctx, obj); err != nil {
 		t.Fatalf("a report at the bounds refused: %v", err)

@@ -52,7 +52,10 @@ type Throttle struct {
 const MaxTrafficCount = breakerconfig.MaxTrafficCount
 
 // FleetTraffic is what the reporting pods' windows hold, summed, for a breaker with
-// a retry budget or adaptive throttling. Percentages are whole numbers, rounded:
+// a retry budget or adaptive throttling. One pod's window counts for at most four
+// times the median pod's requests (or minimumThroughput, if more), scaled in
+// proportion, so that no pod's report moves the sums or their ratios much
+// (docs/design.md §5.17). Percentages are whole numbers from 0 to 100, rounded:
 // the API conventions keep floats out of status.
 type FleetTraffic struct {
 	// pods is how many running pods report this breaker: the count the operator
@@ -77,11 +80,12 @@ type FleetTraffic struct {
 	Throttled int64 `json:"throttled"`
 
 	// retryPercent is retries in percent of first attempts (requests that
-	// were not retries), rounded: the fleet's retry ratio. It may exceed 100
-	// when the budget's floor allows more retries than there were first
-	// attempts. Unset while there are no first attempts.
+	// were not retries), rounded: the fleet's retry ratio. At most 100: a
+	// fleet whose budget floor allowed more retries than first attempts shows
+	// 100. Unset while there are no first attempts.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
 	RetryPercent *int32 `json:"retryPercent,omitempty"`
 
 	// throttledPercent is throttled in percent of requests, rounded: the

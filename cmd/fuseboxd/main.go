@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,7 +35,7 @@ import (
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fuseboxd:", err)
+		fmt.Fprintln(os.Stderr, "fuseboxd:", strings.TrimPrefix(err.Error(), "fuseboxd: "))
 		os.Exit(1)
 	}
 }
@@ -51,9 +52,14 @@ func run() error {
 		node       = flag.Bool("node", false, "run as the node agent (DaemonSet fusebox-node): carry the reports and config of every pod of the node NODE_NAME names")
 		nodeListen = flag.String("node-listen", fmt.Sprintf(":%d", breakerconfig.NodeAgentPort), "with --node: the address to serve the node's pods on")
 	)
+	var lim limits
+	lim.register(flag.CommandLine)
 	flag.Parse()
 	if *probeOnly {
 		return probe(*socket)
+	}
+	if err := lim.check(); err != nil {
+		return err
 	}
 	level := slog.LevelInfo
 	if *debug {
@@ -64,6 +70,18 @@ func run() error {
 	if *node {
 		return runNode(*nodeListen, *kubeconfig, *grace, log)
 	}
+
+	// The socket first: a path another daemon serves is refused before anything starts,
+	// with that line alone.
+	lns, err := listeners(*socket, *listen)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, l := range lns {
+			_ = l.Close() // the socket's removes it; done already by Shutdown
+		}
+	}()
 
 	var o kube.Options
 	switch {
@@ -90,30 +108,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := fuseboxd.New(fuseboxd.Options{
+	srv, err := fuseboxd.New(lim.apply(fuseboxd.Options{
 		Registry:  agent.Registry(),
 		Published: agent.Published,
 		Ready:     agent.Loaded,
 		Logger:    log,
-	})
+	}))
 	if err != nil {
 		return err
 	}
 
-	var lns []net.Listener
-	ln, err := fuseboxd.ListenUnix(*socket)
-	if err != nil {
-		return err
-	}
-	lns = append(lns, ln)
-	if *listen != "" {
-		tl, err := fuseboxd.ListenLoopback(*listen)
-		if err != nil {
-			_ = ln.Close()
-			return err
-		}
-		lns = append(lns, tl)
-	}
 	errc := make(chan error, len(lns))
 	for _, l := range lns {
 		log.Info("Serving the breaker API", "address", l.Addr().String())
@@ -135,7 +139,6 @@ func run() error {
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("Requests still in progress at shutdown", "error", err)
 	}
-	_ = os.Remove(*socket)
 	// Leave the report consistent: wait (within the grace period) for the transitions the
 	// last settles caused to be written.
 	for !agent.ReportWritten() && ctx.Err() == nil {

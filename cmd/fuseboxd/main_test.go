@@ -21,6 +21,10 @@ import (
 var fuseboxdBin string
 
 func TestMain(m *testing.M) {
+	if sock := os.Getenv(acquireOnceEnv); sock != "" {
+		acquireOnce(sock)
+		return
+	}
 	dir, err := os.MkdirTemp("", "fuseboxd-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -38,23 +42,33 @@ func TestMain(m *testing.M) {
 
 // runningDaemon is the built fuseboxd running with --config-dir on a temporary socket.
 type runningDaemon struct {
-	cmd    *exec.Cmd
-	sock   string
-	dir    string
-	client *http.Client
-	exited chan error
+	cmd     *exec.Cmd
+	sock    string
+	dir     string
+	client  *http.Client
+	exited  chan struct{} // closed once the process has exited, with its error in exitErr
+	exitErr error
 }
 
 // startBinary starts fuseboxd with a config directory holding configs (name → document)
 // and waits until it is ready.
 func startBinary(t *testing.T, configs map[string]string, args ...string) *runningDaemon {
 	t.Helper()
+	return startBinaryOn(t, "", configs, args...)
+}
+
+// startBinaryOn is startBinary on the socket sock; "" is a new one.
+func startBinaryOn(t *testing.T, sock string, configs map[string]string, args ...string) *runningDaemon {
+	t.Helper()
 	base, err := os.MkdirTemp("", "fbd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	d := &runningDaemon{sock: filepath.Join(base, "fusebox.sock"), dir: filepath.Join(base, "config"), exited: make(chan error, 1)}
+	if sock == "" {
+		sock = filepath.Join(base, "fusebox.sock")
+	}
+	d := &runningDaemon{sock: sock, dir: filepath.Join(base, "config"), exited: make(chan struct{})}
 	if err := os.Mkdir(d.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +82,7 @@ func startBinary(t *testing.T, configs map[string]string, args ...string) *runni
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { d.exited <- d.cmd.Wait() }()
+	go func() { d.exitErr = d.cmd.Wait(); close(d.exited) }()
 	t.Cleanup(func() {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -92,8 +106,8 @@ func startBinary(t *testing.T, configs map[string]string, args ...string) *runni
 			}
 		}
 		select {
-		case err := <-d.exited:
-			t.Fatalf("fuseboxd exited before it was ready: %v", err)
+		case <-d.exited:
+			t.Fatalf("fuseboxd exited before it was ready: %v", d.exitErr)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -149,9 +163,9 @@ func TestBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-d.exited:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
+	case <-d.exited:
+		if d.exitErr != nil {
+			t.Fatalf("exit after SIGTERM: %v", d.exitErr)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("fuseboxd did not exit within 15s of SIGTERM")

@@ -6,9 +6,12 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -45,6 +48,8 @@ func run() error {
 		namespaces    string
 		qps           float64
 		burst         int
+		operatorNS    string
+		agentGrace    time.Duration
 	)
 	_, inCluster := os.LookupEnv("KUBERNETES_SERVICE_HOST")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "", "Address the metrics endpoint binds to (default \":8443\" with --metrics-secure, \":8080\" without); \"0\" disables it.")
@@ -56,6 +61,8 @@ func run() error {
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch (default: all).")
 	flag.Float64Var(&qps, "kube-api-qps", controller.DefaultQPS, "Requests per second the manager may send the API server.")
 	flag.IntVar(&burst, "kube-api-burst", controller.DefaultBurst, "Requests the manager may send the API server in a burst.")
+	flag.StringVar(&operatorNS, "operator-namespace", envOr("POD_NAMESPACE", controller.DefaultOperatorNamespace), "Namespace the operator and its node agents (DaemonSet fusebox-node) run in (default: $POD_NAMESPACE, else "+controller.DefaultOperatorNamespace+").")
+	flag.DurationVar(&agentGrace, "node-agent-grace", controller.DefaultNodeAgentGrace, "How long a node's NodeBreakerReports keep counting after its node agent stopped being Ready.")
 	webhookOpts := fuseboxwebhook.DefaultOptions()
 	webhookOpts.BindFlags(flag.CommandLine)
 	gateOpts := gateserver.DefaultOptions()
@@ -85,14 +92,16 @@ func run() error {
 		LeaderElectionID:              "fusebox-manager.fusebox.dev",
 		LeaderElectionNamespace:       leaderElectNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(namespaces),
+		Cache:                         cacheOptions(namespaces, operatorNS),
 		WebhookServer:                 webhookOpts.NewServer(),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	if err := controller.NewReconciler(mgr, controller.NewMetrics(metrics.Registry)).SetupWithManager(mgr); err != nil {
+	reconciler := controller.NewReconciler(mgr, controller.NewMetrics(metrics.Registry))
+	reconciler.OperatorNamespace, reconciler.NodeAgentGrace = operatorNS, agentGrace
+	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up CircuitBreaker controller: %w", err)
 	}
 	if err := fuseboxwebhook.Setup(mgr, webhookOpts); err != nil {
@@ -156,8 +165,9 @@ func addGate(mgr ctrl.Manager, opts gateserver.Options) error {
 }
 
 // cacheOptions restricts the cache to the watched namespaces, and to what the
-// reconciler needs of each kind.
-func cacheOptions(namespaces string) cache.Options {
+// reconciler needs of each kind. Pods are also watched in the operator's namespace,
+// where the node agents run, whose readiness decides whether their nodes' reports count.
+func cacheOptions(namespaces, operatorNamespace string) cache.Options {
 	opts := cache.Options{ByObject: controller.CacheByObject()}
 	for _, ns := range strings.Split(namespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
@@ -167,7 +177,26 @@ func cacheOptions(namespaces string) cache.Options {
 			opts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	if opts.DefaultNamespaces == nil || operatorNamespace == "" {
+		return opts
+	}
+	// ByObject is keyed by the objects CacheByObject made: find its Pod.
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*corev1.Pod); ok {
+			by.Namespaces = maps.Clone(opts.DefaultNamespaces)
+			by.Namespaces[operatorNamespace] = cache.Config{}
+			opts.ByObject[obj] = by
+		}
+	}
 	return opts
+}
+
+// envOr is the environment variable's value, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func hostOf(cfg *rest.Config) string { return cfg.Host }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -25,6 +24,9 @@ const (
 	deployedNamespace = "fusebox-system"
 	breakerClientRole = "fusebox-breaker-client"
 	managerContainer  = "manager"
+	// boundTokenPolicy refuses report writes by tokens bound to no pod; the chart
+	// also gates it (and its binding) behind admissionPolicy.refuseUnboundReportTokens.
+	boundTokenPolicy = "fusebox-breakerreport-bound-token"
 )
 
 const (
@@ -263,10 +265,16 @@ func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
 			body = fmt.Sprintf("{{- if eq .Values.webhook.certMode %q }}\n%s{{- else }}\n%s{{- end }}\n", selfSigned, ts, tc)
 		}
 		switch {
+		case isNodeAgent(o):
+			body = gate(".Values.nodeAgent.enabled", body)
+			defaults.nodeAgent.objects = append(defaults.nodeAgent.objects, key(o))
 		case kind(o) == "ClusterRole" && name(o) == breakerClientRole:
 			body = gate(".Values.breakerClientRole.enabled", body)
 		case strings.HasPrefix(str(o, "apiVersion"), "admissionregistration.k8s.io/") &&
 			(strings.HasSuffix(kind(o), "AdmissionPolicy") || strings.HasSuffix(kind(o), "AdmissionPolicyBinding")):
+			if name(o) == boundTokenPolicy {
+				body = gate(".Values.admissionPolicy.refuseUnboundReportTokens", body)
+			}
 			body = gate(".Values.admissionPolicy.enabled", body)
 			defaults.admissionPolicies = append(defaults.admissionPolicies, key(o))
 		case isFlowControl(o):
@@ -283,6 +291,9 @@ func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
 	if !defaults.found {
 		return nil, errors.New("config/default renders no Deployment with a manager container")
 	}
+	if !defaults.nodeAgent.found {
+		return nil, errors.New("config/default renders no node agent DaemonSet (config/nodeagent), whose values the chart has")
+	}
 	if templated == 0 {
 		return nil, errors.New("nothing to template")
 	}
@@ -297,178 +308,6 @@ func generate(selfSignedObjs, certManagerObjs []object) (Chart, error) {
 
 func gate(cond, body string) string {
 	return "{{- if " + cond + " }}\n" + body + "{{- end }}\n"
-}
-
-// values are the defaults the chart's values.yaml states, read from config/.
-type values struct {
-	found             bool
-	repository, tag   string
-	replicas          int64
-	resources         any
-	admissionPolicies []string
-	flowControl       []string
-}
-
-// isFlowControl: a FlowSchema or PriorityLevelConfiguration of config/flowcontrol.
-func isFlowControl(o object) bool {
-	return strings.HasPrefix(str(o, "apiVersion"), "flowcontrol.apiserver.k8s.io/")
-}
-
-// Placeholders stand where a value is not a string, so that the YAML
-// encoder leaves them alone; they become template actions after encoding.
-const (
-	replicasToken  = "FUSEBOX_HELM_REPLICAS"
-	resourcesToken = "FUSEBOX_HELM_RESOURCES"
-)
-
-var resourcesLine = regexp.MustCompile(`(?m)^( *)resources: ` + resourcesToken + `$`)
-
-// template turns one rendered object into chart template text.
-func template(src object, defaults *values) (string, error) {
-	o, err := deepCopy(src)
-	if err != nil {
-		return "", err
-	}
-	// The release's namespace wherever config/default wrote its own: metadata,
-	// RBAC subjects, webhook clientConfig, the pod webhook's namespace
-	// exclusions, cert-manager's DNS names and CA injection annotation.
-	o = replaceStrings(o, func(s string) string {
-		return strings.ReplaceAll(s, deployedNamespace, "{{ .Release.Namespace }}")
-	}).(object)
-	meta, _ := o["metadata"].(map[string]any)
-	if isFlowControl(o) {
-		// Cluster-scoped, which kustomize's namespace transformer does not
-		// know of these kinds: the namespace it wrote means nothing.
-		delete(meta, "namespace")
-	}
-	labels, _ := meta["labels"].(map[string]any)
-	if labels == nil {
-		labels = map[string]any{}
-		meta["labels"] = labels
-	}
-	labels["app.kubernetes.io/managed-by"] = "{{ .Release.Service }}"
-	labels["helm.sh/chart"] = "{{ include `fusebox.chart` . }}"
-
-	if kind(o) == "Deployment" {
-		if err := templateDeployment(o, defaults); err != nil {
-			return "", err
-		}
-	}
-	data, err := yaml.Marshal(o)
-	if err != nil {
-		return "", err
-	}
-	text := string(data)
-	text = strings.ReplaceAll(text, replicasToken, "{{ .Values.replicas }}")
-	text = resourcesLine.ReplaceAllStringFunc(text, func(line string) string {
-		indent := len(resourcesLine.FindStringSubmatch(line)[1])
-		return fmt.Sprintf("%sresources: {{- toYaml .Values.resources | nindent %d }}", strings.Repeat(" ", indent), indent+2)
-	})
-	if strings.Contains(text, "FUSEBOX_HELM_") {
-		return "", fmt.Errorf("%s: a placeholder was left in the template", key(src))
-	}
-	return "---\n" + text, nil
-}
-
-// templateDeployment puts the values on the manager's Deployment: image,
-// replicas, resources, leader election and secure metrics.
-func templateDeployment(o object, defaults *values) error {
-	spec, _ := o["spec"].(map[string]any)
-	podSpec, _ := nested(spec, "template", "spec").(map[string]any)
-	containers, _ := podSpec["containers"].([]any)
-	var c map[string]any
-	for _, x := range containers {
-		if m, _ := x.(map[string]any); m["name"] == managerContainer {
-			c = m
-		}
-	}
-	if c == nil {
-		return fmt.Errorf("%s: no container %q", key(o), managerContainer)
-	}
-	image, _ := c["image"].(string)
-	repo, tag, ok := strings.Cut(image, ":")
-	if !ok || strings.Contains(tag, "/") {
-		return fmt.Errorf("%s: image %q has no tag", key(o), image)
-	}
-	replicas, _ := spec["replicas"].(float64)
-	if !defaults.found {
-		*defaults = values{found: true, repository: repo, tag: tag, replicas: int64(replicas), resources: c["resources"], admissionPolicies: defaults.admissionPolicies, flowControl: defaults.flowControl}
-	}
-	c["image"] = "{{ include `fusebox.image` . }}"
-	c["imagePullPolicy"] = "{{ .Values.image.pullPolicy }}"
-	c["resources"] = resourcesToken
-	spec["replicas"] = replicasToken
-
-	args, _ := c["args"].([]any)
-	want := map[string]string{
-		"--leader-elect":   "--leader-elect={{ .Values.leaderElection.enabled }}",
-		"--metrics-secure": "--metrics-secure={{ .Values.metrics.secure }}",
-	}
-	for i, a := range args {
-		flag, _ := a.(string)
-		if t, ok := want[flag]; ok {
-			args[i] = t
-			delete(want, flag)
-		}
-	}
-	if len(want) > 0 {
-		return fmt.Errorf("%s: the manager's args %v lack %v, which the chart's values set", key(o), args, keys(want))
-	}
-	// config/ leaves the sidecar image to the manager's default; the chart names it, so
-	// that it follows the chart's version as the manager's image does.
-	c["args"] = append(args, "--fuseboxd-image={{ include `fusebox.fuseboxdImage` . }}")
-	return nil
-}
-
-func nested(m map[string]any, path ...string) any {
-	var cur any = m
-	for _, p := range path {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = mm[p]
-	}
-	return cur
-}
-
-func replaceStrings(v any, f func(string) string) any {
-	switch t := v.(type) {
-	case string:
-		return f(t)
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, x := range t {
-			out[f(k)] = replaceStrings(x, f)
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, x := range t {
-			out[i] = replaceStrings(x, f)
-		}
-		return out
-	default:
-		return v
-	}
-}
-
-func deepCopy(o object) (object, error) {
-	data, err := yaml.Marshal(o)
-	if err != nil {
-		return nil, err
-	}
-	var out object
-	return out, yaml.Unmarshal(data, &out)
-}
-
-func keys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Write replaces dir's contents with the chart.

@@ -56,9 +56,10 @@ func TestInstallOnAnAPIServer(t *testing.T) {
 
 	t.Run("helm", func(t *testing.T) {
 		// helm install --create-namespace: the namespace, then crds/, then
-		// the templates. The admission policies (if config/ has any) are on.
+		// the templates. The admission policies (if config/ has any) and the node
+		// agent are on.
 		const ns = "fusebox-helm"
-		objs, err := helmTemplate(t, ns, map[string]any{"admissionPolicy": map[string]any{"enabled": true}})
+		objs, err := helmTemplate(t, ns, map[string]any{"admissionPolicy": map[string]any{"enabled": true}, "nodeAgent": map[string]any{"enabled": true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func checkInstalled(ctx context.Context, t *testing.T, cl client.Client, objs []
 		}
 	}
 	for _, k := range []string{"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-		"Deployment", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "FlowSchema", "PriorityLevelConfiguration"} {
+		"Deployment", "DaemonSet", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "FlowSchema", "PriorityLevelConfiguration"} {
 		if kinds[k] == 0 {
 			t.Errorf("the install holds no %s", k)
 		}

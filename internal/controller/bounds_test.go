@@ -249,9 +249,9 @@ func TestAggregateKeysCannotOverflow(t *testing.T) {
 		members                  []member
 		wantKeys, wantOpen, want int32
 	}{
-		{"2^31-1 and 1", []member{group("a", 5, math.MaxInt32, 1), group("b", 5, 1, math.MaxInt32)}, 5, math.MaxInt32, math.MaxInt32},
-		{"many large ones", []member{group("a", 1, math.MaxInt32, 0), group("b", 1, math.MaxInt32, 0), group("c", 1, math.MaxInt32, 0)}, 1, math.MaxInt32, 0},
-		{"negative counts count as 0", []member{group("a", -4, -7, -1), group("b", 2, 3, 1)}, 2, 3, 1},
+		{"2^31-1 counts", []member{group("a", math.MaxInt32, math.MaxInt32, 1), group("b", math.MaxInt32, 1, math.MaxInt32)}, breakerconfig.MaxKeyCount, breakerconfig.MaxKeyCount + 1, breakerconfig.MaxKeyCount - 1},
+		{"open and halfOpen beyond the pod's keys count as its keys", []member{group("a", 5, math.MaxInt32, 1), group("b", 5, 1, math.MaxInt32)}, 5, 6, 4},
+		{"negative counts count as 0", []member{group("a", -4, -7, -1), group("b", 2, 3, 1)}, 2, 2, 0},
 		{"ordinary sums", []member{group("a", 10, 2, 1), group("b", 12, 3, 0)}, 12, 5, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,6 +260,40 @@ func TestAggregateKeysCannotOverflow(t *testing.T) {
 				t.Errorf("keys %+v, want keys %d open %d halfOpen %d", k, tc.wantKeys, tc.wantOpen, tc.want)
 			}
 		})
+	}
+	// 5,000 pods at the bound, every key open: the sum fits int32.
+	many := make([]member, 5000)
+	for i := range many {
+		many[i] = group("p", breakerconfig.MaxKeyCount, breakerconfig.MaxKeyCount, 0)
+	}
+	if k := aggregateKeys(many); k.Open != 5000*breakerconfig.MaxKeyCount || k.Keys != breakerconfig.MaxKeyCount {
+		t.Errorf("5,000 pods at the bound: %+v", k)
+	}
+}
+
+// One pod, one share (issue 29): a pod's Group counts at most maxShareOfMedian times the
+// median pod's keys (at least minKeysBound), and names each worst key once.
+func TestAggregateKeysCountsABoundedShare(t *testing.T) {
+	group := func(pod string, keys, open int32, worst ...string) member {
+		m := at(pod, closed, started, 0)
+		m.entry.Keys = &resiliencev1alpha1.KeySummary{Keys: keys, Open: open, Worst: worst}
+		return m
+	}
+	var fleet []member
+	for i := range 9 {
+		fleet = append(fleet, group(string(rune('a'+i)), 100, 10, "h1", "h2"))
+	}
+	fleet = append(fleet, group("rogue", breakerconfig.MaxKeyCount, breakerconfig.MaxKeyCount/2, "evil", "evil", "evil", "evil", "evil"))
+	k := aggregateKeys(fleet)
+	bound := int32(maxShareOfMedian * minKeysBound)
+	want := resiliencev1alpha1.KeySummary{Keys: bound, Open: 9*10 + bound/2, Worst: []string{"h1", "h2", "evil"}}
+	if !equality.Semantic.DeepEqual(*k, want) {
+		t.Errorf("keys %+v, want %+v", *k, want)
+	}
+	// A fleet of large Groups is not scaled down by the bound's floor.
+	big := []member{group("a", 300_000, 0), group("b", 200_000, 0), group("c", 250_000, 0)}
+	if k := aggregateKeys(big); k.Keys != 300_000 {
+		t.Errorf("large Groups: %+v", k)
 	}
 }
 

@@ -10,13 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -62,19 +60,29 @@ type CircuitBreakerReconciler struct {
 	Metrics *Metrics
 	// Clock says when overrides run out; nil means the wall clock. Tests set a fake one.
 	Clock clock.PassiveClock
+	// OperatorNamespace is where the node agents' pods run; empty means
+	// DefaultOperatorNamespace.
+	OperatorNamespace string
+	// NodeAgentGrace is how long a node's reports keep counting after its agent stopped
+	// being Ready; zero means DefaultNodeAgentGrace.
+	NodeAgentGrace time.Duration
 
 	// seen is when the operator first saw each report entry (docs/design.md §5.12).
 	seen observations
+	// index holds each breaker's members between reconciles.
+	index memberIndex
 
 	mu        sync.Mutex
-	writes    map[client.ObjectKey]*writeRecord // guarded by mu: each status's recent writes
-	published map[string]time.Time              // guarded by mu: each namespace's last ConfigMap write
-	overrides map[overrideKey]time.Time         // guarded by mu: when each override was first seen
+	writes    map[client.ObjectKey]*writeRecord    // guarded by mu: each status's recent writes
+	published map[string]time.Time                 // guarded by mu: each namespace's last ConfigMap write
+	overrides map[overrideKey]time.Time            // guarded by mu: when each override was first seen
+	misbound  map[client.ObjectKey]*misboundRecord // guarded by mu: each node report's PodNotOnNode Events
 }
 
 // +kubebuilder:rbac:groups=resilience.fusebox.dev,resources=circuitbreakers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=resilience.fusebox.dev,resources=circuitbreakers/status,verbs=get;patch
 // +kubebuilder:rbac:groups=resilience.fusebox.dev,resources=breakerreports,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=resilience.fusebox.dev,resources=nodebreakerreports,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=list;watch;create
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;update;delete,resourceNames=fusebox-breakers
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -94,7 +102,7 @@ func (r *CircuitBreakerReconciler) Reconcile(ctx context.Context, req reconcile.
 // It writes nothing when nothing changed.
 func (r *CircuitBreakerReconciler) ReconcileConfig(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
-	breakers, cm, reports, err := r.read(ctx, req.Namespace, rendersFromReports)
+	breakers, cm, reports, _, err := r.read(ctx, req.Namespace, rendersFromReports)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -150,7 +158,7 @@ func (r *CircuitBreakerReconciler) publishWait(namespace string, cm *corev1.Conf
 // status from what is published and what its pods report. It writes nothing when nothing
 // changed.
 func (r *CircuitBreakerReconciler) ReconcileStatus(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
-	breakers, cm, reports, err := r.read(ctx, req.Namespace, func([]resiliencev1alpha1.CircuitBreaker) bool { return true })
+	breakers, cm, reports, agentWait, err := r.read(ctx, req.Namespace, func([]resiliencev1alpha1.CircuitBreaker) bool { return true })
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -158,11 +166,10 @@ func (r *CircuitBreakerReconciler) ReconcileStatus(ctx context.Context, req reco
 		return ctrl.Result{}, err
 	}
 	plan := planConfig(r.now(), breakers, cm, reports, r.overrideSeen)
-	result := ctrl.Result{RequeueAfter: nextExpiry(plan.outcomes)}
+	result := ctrl.Result{RequeueAfter: earliest(nextExpiry(plan.outcomes), agentWait)}
+	result.RequeueAfter = earliest(result.RequeueAfter, r.recordMisbound(ctx, req.Namespace, reports.misbound))
 	for _, o := range plan.outcomes {
-		v := aggregate(o.breaker, reports.byBreaker[o.breaker.Name])
-		v.oddShape = reports.oddShape[o.breaker.Name]
-		wait, err := r.updateStatus(ctx, o, v)
+		wait, err := r.updateStatus(ctx, o, reports.view(o.breaker))
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -175,24 +182,26 @@ func (r *CircuitBreakerReconciler) ReconcileStatus(ctx context.Context, req reco
 }
 
 // read returns the namespace's breakers, its published ConfigMap (nil if none) and, when
-// needReports says the breakers need them, its pods' reports.
+// needReports says the breakers need them, its pods' reports and when to read them again
+// for a node agent's grace that ends (zero: no need).
 func (r *CircuitBreakerReconciler) read(ctx context.Context, namespace string, needReports func([]resiliencev1alpha1.CircuitBreaker) bool) (
-	[]resiliencev1alpha1.CircuitBreaker, *corev1.ConfigMap, namespaceReports, error) {
+	[]resiliencev1alpha1.CircuitBreaker, *corev1.ConfigMap, namespaceReports, time.Duration, error) {
 	var list resiliencev1alpha1.CircuitBreakerList
 	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-		return nil, nil, namespaceReports{}, fmt.Errorf("list CircuitBreakers: %w", err)
+		return nil, nil, namespaceReports{}, 0, fmt.Errorf("list CircuitBreakers: %w", err)
 	}
 	cm, err := r.getConfigMap(ctx, namespace, len(list.Items) > 0)
 	if err != nil {
-		return nil, nil, namespaceReports{}, err
+		return nil, nil, namespaceReports{}, 0, err
 	}
 	reports := namespaceReports{}
+	var wait time.Duration
 	if len(list.Items) > 0 && needReports(list.Items) {
-		if reports, err = r.readReports(ctx, namespace); err != nil {
-			return nil, nil, namespaceReports{}, err
+		if reports, wait, err = r.readReports(ctx, namespace, list.Items); err != nil {
+			return nil, nil, namespaceReports{}, 0, err
 		}
 	}
-	return list.Items, cm, reports, nil
+	return list.Items, cm, reports, wait, nil
 }
 
 // rendersFromReports says whether any breaker's rendered config depends on its pods'
@@ -220,8 +229,8 @@ func NewReconciler(mgr ctrl.Manager, metrics *Metrics) *CircuitBreakerReconciler
 
 // CacheByObject limits what the manager caches for the reconciler: of all ConfigMaps only
 // the ones Fusebox publishes, and of every pod only what tells whether its report counts
-// (name, UID, phase) and its labels (its revision), so the operator's memory does not grow with what the cluster's
-// ConfigMaps and pod specs hold.
+// (trimPod), so the operator's memory does not grow with what the cluster's ConfigMaps
+// and pod specs hold.
 func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{
@@ -231,7 +240,11 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
-// trimPod keeps of a pod what the reconciler reads.
+// trimPod keeps of a pod what the reconciler reads: its name, namespace and UID (whose
+// report it is), its node (which node's report may speak for it), its phase (whether it
+// still runs), its labels (its revision, docs/design.md §10, and whether it is a node
+// agent), its Ready condition (whether an agent counts) and its creation and deletion
+// times (since when an agent that was never Ready is not).
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -240,18 +253,22 @@ func trimPod(obj any) (any, error) {
 	trimmed := &corev1.Pod{}
 	trimmed.Namespace, trimmed.Name, trimmed.UID = pod.Namespace, pod.Name, pod.UID
 	trimmed.ResourceVersion, trimmed.DeletionTimestamp = pod.ResourceVersion, pod.DeletionTimestamp
+	trimmed.CreationTimestamp, trimmed.Labels = pod.CreationTimestamp, pod.Labels
+	trimmed.Spec.NodeName = pod.Spec.NodeName
 	trimmed.Status.Phase = pod.Status.Phase
-	// The labels say the pod's revision (docs/design.md §10), and select a Flagger
-	// canary's pods for the rollout gate.
-	trimmed.Labels = pod.Labels
+	if ready := podReady(pod); ready != nil {
+		trimmed.Status.Conditions = []corev1.PodCondition{{Type: ready.Type, Status: ready.Status, LastTransitionTime: ready.LastTransitionTime}}
+	}
 	return trimmed, nil
 }
 
 // SetupWithManager registers the two controllers. Every CircuitBreaker event and every
 // event of a fusebox-breakers ConfigMap reconciles its namespace in both; BreakerReports
-// reconcile both (the config controller renders fleet verdicts from them), the status
-// controller a moment later so that a burst of them is read at once; pods that end or go
-// reconcile the status, to stop counting and prune their reports.
+// and NodeBreakerReports reconcile both (the config controller renders fleet verdicts
+// from them), the status controller a moment later so that a burst of them is read at
+// once; pods that a report speaks for, when they appear, move, end or go, and node agents
+// when their readiness changes, reconcile both, to count what counts and prune the
+// reports of pods that are gone.
 func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{namespaceRequest(o)}
@@ -259,21 +276,13 @@ func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	isPublished := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetName() == breakerconfig.ConfigMapName
 	})
-	podEnded := predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			old, okOld := e.ObjectOld.(*corev1.Pod)
-			pod, okNew := e.ObjectNew.(*corev1.Pod)
-			return okOld && okNew && old.Status.Phase != pod.Status.Phase
-		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("circuitbreaker-config").
 		Watches(&resiliencev1alpha1.CircuitBreaker{}, toNamespace).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isPublished)).
-		Watches(&resiliencev1alpha1.BreakerReport{}, r.observing(toNamespace)).
+		Watches(&resiliencev1alpha1.BreakerReport{}, r.indexing(toNamespace)).
+		Watches(&resiliencev1alpha1.NodeBreakerReport{}, r.indexing(toNamespace)).
+		Watches(&corev1.Pod{}, r.podEvents()).
 		Complete(reconcile.Func(r.ReconcileConfig)); err != nil {
 		return err
 	}
@@ -281,90 +290,18 @@ func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("circuitbreaker-status").
 		Watches(&resiliencev1alpha1.CircuitBreaker{}, toNamespace).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(isPublished)).
-		Watches(&resiliencev1alpha1.BreakerReport{}, r.observing(coalesced(reportCoalesce))).
-		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podEnded)).
+		Watches(&resiliencev1alpha1.BreakerReport{}, r.indexing(coalesced(reportCoalesce))).
+		Watches(&resiliencev1alpha1.NodeBreakerReport{}, r.indexing(coalesced(reportCoalesce))).
+		Watches(&corev1.Pod{}, r.podEvents()).
 		Complete(reconcile.Func(r.ReconcileStatus))
 }
 
 // namespaceRequest is the request of o's namespace.
 func namespaceRequest(o client.Object) reconcile.Request {
-	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: breakerconfig.ConfigMapName}}
+	return namespaceKey(o.GetNamespace())
 }
 
-// coalesced enqueues the namespace of each event so that its reconciles start at least
-// delay apart: the first event after a quiet delay starts one at once (the first report of
-// an incident is news), and the events that follow within delay of a reconcile join the
-// next one, delay after it, so that the reports of a burst are read together.
-func coalesced(delay time.Duration) handler.EventHandler {
-	var (
-		mu  sync.Mutex
-		due = map[reconcile.Request]time.Time{} // guarded by mu: each namespace's last reconcile asked for
-	)
-	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		req, now := namespaceRequest(o), time.Now()
-		mu.Lock()
-		defer mu.Unlock()
-		if len(due) > 1024 {
-			// An entry a delay old acts as no entry: forget those of quiet namespaces.
-			for r, t := range due {
-				if !now.Before(t.Add(delay)) {
-					delete(due, r)
-				}
-			}
-		}
-		last, ok := due[req]
-		switch {
-		case !ok || !now.Before(last.Add(delay)):
-			due[req] = now
-			q.Add(req)
-		case now.Before(last):
-			q.AddAfter(req, last.Sub(now)) // joins the reconcile already due
-		default:
-			next := last.Add(delay)
-			due[req] = next
-			q.AddAfter(req, next.Sub(now))
-		}
-	}
-	return handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q)
-		},
-		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.ObjectNew, q)
-		},
-		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q)
-		},
-		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q)
-		},
-	}
-}
-
-// observing records when the watch delivers each report entry (observations), then
-// passes the event on to next. Both controllers watch reports; the first to be told
-// records, the other finds the entry known.
-func (r *CircuitBreakerReconciler) observing(next handler.EventHandler) handler.EventHandler {
-	observe := func(o client.Object) {
-		if rep, ok := o.(*resiliencev1alpha1.BreakerReport); ok {
-			r.seen.observe(rep, r.now())
-		}
-	}
-	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			observe(e.Object)
-			next.Create(ctx, e, q)
-		},
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			observe(e.ObjectNew)
-			next.Update(ctx, e, q)
-		},
-		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.seen.forget(client.ObjectKeyFromObject(e.Object))
-			next.Delete(ctx, e, q)
-		},
-		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			next.Generic(ctx, e, q)
-		},
-	}
+// namespaceKey is the request of that namespace.
+func namespaceKey(namespace string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: breakerconfig.ConfigMapName}}
 }

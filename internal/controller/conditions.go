@@ -81,8 +81,12 @@ func oddShapeMessage(v breakerView) string {
 	if v.keys != nil {
 		kept, shape = shape, kept
 	}
+	pods := make([]string, len(v.oddShape))
+	for i, pod := range v.oddShape {
+		pods[i] = reportText(pod, maxNameText)
+	}
 	return fmt.Sprintf("%d pods report this breaker as a %s while %d report it as a %s; one breaker has one shape, so theirs are left out: %s",
-		len(v.oddShape), shape, v.counts.Reporting, kept, joinLimited(v.oddShape))
+		len(v.oddShape), shape, v.counts.Reporting, kept, joinLimited(pods))
 }
 
 // setConfigAppliedCondition sets ConfigApplied from what the members run.

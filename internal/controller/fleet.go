@@ -54,8 +54,13 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 	// say which CircuitBreaker (UID) each state was reached under.
 	created := cb.CreationTimestamp.Time
 	var closers []member
+	// The openers are sorted as pointers and copied once: sorting the members themselves
+	// moved each one's whole entry on every swap, the most of a fleet reconcile's time
+	// once the reports were no longer listed.
+	var openers []*member
 	settled := true
-	for _, m := range members {
+	for i := range members {
+		m := &members[i]
 		if m.entry.State != resiliencev1alpha1.StateClosed {
 			settled = false
 		}
@@ -69,14 +74,20 @@ func decideFleet(cb *resiliencev1alpha1.CircuitBreaker, members []member) fleetD
 		}
 		switch m.entry.State {
 		case resiliencev1alpha1.StateOpen:
-			d.openers = append(d.openers, m)
+			openers = append(openers, m)
 		case resiliencev1alpha1.StateClosed:
-			closers = append(closers, m)
+			closers = append(closers, *m)
 		}
 	}
-	slices.SortFunc(d.openers, func(a, b member) int {
+	slices.SortFunc(openers, func(a, b *member) int {
 		return cmp.Or(b.since.Compare(a.since), cmp.Compare(a.pod, b.pod))
 	})
+	if len(openers) > 0 {
+		d.openers = make([]member, len(openers))
+		for i, m := range openers {
+			d.openers[i] = *m
+		}
+	}
 	// earliest is the first time an earned Closed counts from; zero when the fleet is not
 	// open and any does.
 	var earliest time.Time

@@ -406,7 +406,7 @@ func TestDecideFleetWithoutOpenPeriods(t *testing.T) {
 	if v := d.verdict; v == nil || v.State != breakerconfig.StateClosed || v.ConsecutiveOpens != 0 || v.OpenTimeout != 0 {
 		t.Errorf("verdict %+v, want Closed with no period", v)
 	}
-	c, err := render(fleetBreaker(0), d.verdict, trafficSums{})
+	c, err := render(fleetBreaker(0), d.verdict, fleetTraffic{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func severity(s resiliencev1alpha1.State) int {
 func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerView {
 	var v breakerView
 	if usesTraffic(cb) {
-		v.traffic = statusTraffic(sumTraffic(members))
+		v.traffic = statusTraffic(trafficOf(cb, members))
 	}
 	if len(members) == 0 {
 		return v
@@ -84,7 +84,7 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 			counts.OnLatestConfig++
 		}
 		if m.entry.ConfigError != "" {
-			v.rejected = append(v.rejected, m.pod+": "+m.entry.ConfigError)
+			v.rejected = append(v.rejected, podName(m)+": "+reportText(m.entry.ConfigError, maxConfigErrorText))
 		}
 		if severity(m.entry.State) > severity(state) {
 			state = m.entry.State
@@ -126,49 +126,6 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 	v.state, v.counts = state, counts
 	v.listed = listed(cb, members)
 	return v
-}
-
-// aggregateKeys adds up the breaker Groups the members report: keys is the most any pod
-// holds (pods hold the keys their own traffic made), open and halfOpen are summed over the
-// pods, and worst names the keys that are not closed in the most pods, then by name. nil
-// when no member reports a Group.
-func aggregateKeys(members []member) *resiliencev1alpha1.KeySummary {
-	var sum *resiliencev1alpha1.KeySummary
-	var open, halfOpen int64
-	inPods := map[string]int{}
-	for i := range members {
-		k := members[i].entry.Keys
-		if k == nil {
-			continue
-		}
-		if sum == nil {
-			sum = &resiliencev1alpha1.KeySummary{}
-		}
-		sum.Keys = max(sum.Keys, k.Keys)
-		// In int64, of counts no lower than 0: int32 sums of counts as large as a
-		// report may hold wrapped below 0, which the status schema refuses, and every
-		// later status write of the breaker with them.
-		open += max(0, int64(k.Open))
-		halfOpen += max(0, int64(k.HalfOpen))
-		for _, key := range k.Worst {
-			inPods[key]++
-		}
-	}
-	if sum == nil {
-		return nil
-	}
-	sum.Keys = max(0, sum.Keys)
-	sum.Open, sum.HalfOpen = saturated(open), saturated(halfOpen)
-	if len(inPods) == 0 {
-		return sum
-	}
-	worst := make([]string, 0, len(inPods))
-	for key := range inPods {
-		worst = append(worst, key)
-	}
-	slices.SortFunc(worst, func(a, b string) int { return cmp.Or(cmp.Compare(inPods[b], inPods[a]), cmp.Compare(a, b)) })
-	sum.Worst = worst[:min(len(worst), breakerconfig.MaxWorstKeys)]
-	return sum
 }
 
 // saturated is n as an int32 count, the largest one when it does not fit.
@@ -213,18 +170,26 @@ func relevance(cb *resiliencev1alpha1.CircuitBreaker, m *member) int {
 
 // listed returns the most relevant members as status.members spells them: by relevance,
 // then the most recent first, then by pod name, so the list is stable while nothing moves.
+// Only the first MaxMembersListed are kept in order as the members go by, not all of them
+// sorted: a fleet of thousands costs one pass.
 func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resiliencev1alpha1.MemberStatus {
-	order := make([]*member, len(members))
-	for i := range members {
-		order[i] = &members[i]
-	}
-	slices.SortFunc(order, func(a, b *member) int {
+	const most = resiliencev1alpha1.MaxMembersListed
+	order := func(a, b *member) int {
 		return cmp.Or(cmp.Compare(relevance(cb, a), relevance(cb, b)), b.since.Compare(a.since), cmp.Compare(a.pod, b.pod))
-	})
-	out := make([]resiliencev1alpha1.MemberStatus, 0, min(len(order), resiliencev1alpha1.MaxMembersListed))
-	for _, m := range order[:min(len(order), resiliencev1alpha1.MaxMembersListed)] {
+	}
+	top := make([]*member, 0, most+1)
+	for i := range members {
+		m := &members[i]
+		if len(top) == most && order(m, top[most-1]) >= 0 {
+			continue
+		}
+		at, _ := slices.BinarySearchFunc(top, m, order)
+		top = slices.Insert(top, at, m)[:min(len(top)+1, most)]
+	}
+	out := make([]resiliencev1alpha1.MemberStatus, 0, len(top))
+	for _, m := range top {
 		out = append(out, resiliencev1alpha1.MemberStatus{
-			Pod:   m.pod,
+			Pod:   podName(m),
 			State: m.entry.State,
 			// Whole seconds, as the API server stores a metav1.Time: a report's
 			// milliseconds kept here would make every stored status differ from the
@@ -239,12 +204,18 @@ func listed(cb *resiliencev1alpha1.CircuitBreaker, members []member) []resilienc
 			Trigger:             m.entry.Trigger,
 			ConsecutiveOpens:    m.entry.ConsecutiveOpens,
 			OpenTimeout:         clone(m.entry.OpenTimeout),
-			Keys:                m.entry.Keys.DeepCopy(),
+			Keys:                memberKeys(m.entry.Keys),
 			ConfigGeneration:    m.entry.ConfigGeneration,
-			ConfigError:         m.entry.ConfigError,
+			ConfigError:         reportText(m.entry.ConfigError, maxConfigErrorText),
 		})
 	}
 	return out
+}
+
+// podName is a member's pod name as status text: a report's own name is a Kubernetes
+// name already, but a node agent carries names the API server did not judge.
+func podName(m *member) string {
+	return reportText(m.pod, maxNameText)
 }
 
 // clone returns a copy of *p, or nil.
@@ -268,8 +239,8 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		}
 		openers := d.openers[:d.need]
 		pods := make([]string, len(openers))
-		for i, m := range openers {
-			pods[i] = m.pod + evidence(cb, m)
+		for i := range openers {
+			pods[i] = podName(&openers[i]) + evidence(cb, openers[i])
 		}
 		return fmt.Sprintf("The fleet is open since %s: %d of %d pods opened on their own evidence (quorum %d%%): %s",
 			openers[len(openers)-1].since.UTC().Format(time.RFC3339), len(d.openers), v.counts.Reporting,
@@ -279,7 +250,7 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 	if m == nil {
 		return "The circuit is open"
 	}
-	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", m.pod, m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(cb, *m)) +
+	return fmt.Sprintf("Pod %s opened the circuit at %s (%s)%s", podName(m), m.since.UTC().Format(time.RFC3339), m.entry.Reason, evidence(cb, *m)) +
 		openPeriod(m.entry.ConsecutiveOpens, m.entry.OpenTimeout)
 }
 

@@ -68,9 +68,9 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 		if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
 			verdict = keepPublishedStart(published[key], decideFleet(cb, reports.byBreaker[cb.Name]).verdict)
 		}
-		var traffic trafficSums
+		var traffic fleetTraffic
 		if usesTraffic(cb) {
-			traffic = sumTraffic(reports.byBreaker[cb.Name])
+			traffic = trafficOf(cb, reports.byBreaker[cb.Name])
 		}
 		c, err := render(cb, verdict, traffic)
 		if err == nil {

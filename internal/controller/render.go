@@ -16,7 +16,7 @@ import (
 // API server did not default (an object stored before a default existed) get
 // the documented defaults; anything the breaker library would refuse is an
 // error naming the field, so it never reaches the ConfigMap.
-func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdict, traffic trafficSums) (breakerconfig.Config, error) {
+func render(cb *resiliencev1alpha1.CircuitBreaker, verdict *breakerconfig.Verdict, traffic fleetTraffic) (breakerconfig.Config, error) {
 	s := cb.Spec
 	openTimeout, err := durationOr(s.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)
 	if err != nil {

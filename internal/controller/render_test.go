@@ -30,7 +30,7 @@ func TestRenderEveryField(t *testing.T) {
 		},
 	}
 	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC)}
-	c, err := render(cb, verdict, trafficSums{})
+	c, err := render(cb, verdict, fleetTraffic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +72,12 @@ func TestRenderEveryField(t *testing.T) {
 func TestRenderVerdictOnlyForFleet(t *testing.T) {
 	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Now()}
 	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u1"}}
-	c, err := render(cb, verdict, trafficSums{})
+	c, err := render(cb, verdict, fleetTraffic{})
 	if err != nil || c.Verdict != nil || c.UID != "u1" {
 		t.Errorf("Pod scope: %+v, %v; want no verdict and the UID", c, err)
 	}
 	cb.Spec.Scope = resiliencev1alpha1.ScopeFleet
-	if c, err := render(cb, verdict, trafficSums{}); err != nil || c.Verdict != verdict {
+	if c, err := render(cb, verdict, fleetTraffic{}); err != nil || c.Verdict != verdict {
 		t.Errorf("Fleet scope: %+v, %v; want the verdict", c, err)
 	}
 }
@@ -145,7 +145,7 @@ func TestRenderRatioConversion(t *testing.T) {
 	for percent, want := range map[int32]float64{1: 0.01, 33: 0.33, 50: 0.5, 99: 0.99, 100: 1} {
 		cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 			Spec: resiliencev1alpha1.CircuitBreakerSpec{FailureRatePercent: ptr.To(percent)}}
-		c, err := render(cb, nil, trafficSums{})
+		c, err := render(cb, nil, fleetTraffic{})
 		if err != nil {
 			t.Fatalf("%d%%: %v", percent, err)
 		}
@@ -158,7 +158,7 @@ func TestRenderRatioConversion(t *testing.T) {
 // An object stored without defaults (created before a default existed, or
 // written around admission) renders with the documented defaults.
 func TestRenderMissingFieldsGetDefaults(t *testing.T) {
-	c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 1}}, nil, trafficSums{})
+	c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 1}}, nil, fleetTraffic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestRenderRefusesWhatTheLibraryWould(t *testing.T) {
 		"zero minimum":     {MinimumThroughput: ptr.To[int32](0)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec}, nil, trafficSums{})
+			_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec}, nil, fleetTraffic{})
 			if err == nil {
 				t.Fatal("rendered; want an error")
 			}
@@ -225,11 +225,11 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 }
 
 func TestRenderRefusesANameNoKeyHolds(t *testing.T) {
-	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength+1)}}, nil, trafficSums{})
+	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength+1)}}, nil, fleetTraffic{})
 	if err == nil || !strings.HasPrefix(err.Error(), "metadata.name") {
 		t.Errorf("error %v, want one naming metadata.name", err)
 	}
-	if _, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength)}}, nil, trafficSums{}); err != nil {
+	if _, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength)}}, nil, fleetTraffic{}); err != nil {
 		t.Errorf("the longest name that fits: %v", err)
 	}
 }
@@ -264,7 +264,7 @@ func TestRenderSlowCallsAndBackoff(t *testing.T) {
 	}
 	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC),
 		ConsecutiveOpens: 3, OpenTimeout: breakerconfig.Duration(40 * time.Second)}
-	c, err := render(cb, verdict, trafficSums{})
+	c, err := render(cb, verdict, fleetTraffic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestRenderSlowCallRatioOnlyWithItsDuration(t *testing.T) {
 		{"both", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: &metav1.Duration{Duration: 5 * time.Millisecond}, SlowCallRatePercent: ptr.To[int32](1)}, 5 * time.Millisecond, 0.01},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: tc.spec}, nil, trafficSums{})
+			c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: tc.spec}, nil, fleetTraffic{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -345,12 +345,12 @@ func TestRenderSlowCallRatioOnlyWithItsDuration(t *testing.T) {
 // render, naming the field, and never published.
 func TestRenderRefusesABackoffBelowOpenTimeout(t *testing.T) {
 	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
-		OpenTimeout: &metav1.Duration{Duration: time.Minute}, MaxOpenTimeout: &metav1.Duration{Duration: time.Second}}}, nil, trafficSums{})
+		OpenTimeout: &metav1.Duration{Duration: time.Minute}, MaxOpenTimeout: &metav1.Duration{Duration: time.Second}}}, nil, fleetTraffic{})
 	if err == nil || !strings.HasPrefix(err.Error(), "spec") || !strings.Contains(err.Error(), "maxOpenTimeout") {
 		t.Errorf("error %v, want one naming spec and maxOpenTimeout", err)
 	}
 	_, err = render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
-		SlowCallDuration: &metav1.Duration{Duration: -time.Second}}}, nil, trafficSums{})
+		SlowCallDuration: &metav1.Duration{Duration: -time.Second}}}, nil, fleetTraffic{})
 	if err == nil || !strings.Contains(err.Error(), "slowCallDuration") {
 		t.Errorf("error %v, want one naming slowCallDuration", err)
 	}

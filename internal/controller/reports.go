@@ -15,7 +15,8 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
 
-// member is one running pod's line about one breaker, as its BreakerReport says it.
+// member is one running pod's line about one breaker, as its report says it (its own
+// BreakerReport, or its line in its node's NodeBreakerReport).
 type member struct {
 	pod   string
 	entry resiliencev1alpha1.BreakerReportEntry
@@ -28,73 +29,104 @@ type member struct {
 // and the reports of pods that are gone.
 type namespaceReports struct {
 	byBreaker map[string][]member
+	// snapshots are the index's snapshots of byBreaker's members, which remember their
+	// aggregate (view); a breaker without one is aggregated afresh.
+	snapshots map[string]*memberSnapshot
 	// gone are the reports whose pod no longer exists (or is another pod of the same
 	// name): the garbage collector deletes them in a real cluster, in its own time.
 	gone []resiliencev1alpha1.BreakerReport
 	// oddShape names, by breaker, the pods whose entry has the shape (breaker Group or
 	// plain) the other pods' entries do not have: left out of byBreaker (oddShapes).
 	oddShape map[string][]string
+	// misbound names, by node, the pods its NodeBreakerReport claims that are not bound
+	// to it: their lines count for nothing.
+	misbound map[string][]string
 }
 
-// readReports reads the namespace's BreakerReports and keeps the ones of running pods.
-// Reports of pods in phase Succeeded or Failed count for nothing. A pod missing from the
-// cache, or there under another UID than its report's owner, is confirmed with a live
-// read first.
-func (r *CircuitBreakerReconciler) readReports(ctx context.Context, namespace string) (namespaceReports, error) {
-	out := namespaceReports{byBreaker: map[string][]member{}}
-	var reports resiliencev1alpha1.BreakerReportList
-	// Read-only use: no copy of every report per reconcile.
-	if err := r.List(ctx, &reports, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return out, fmt.Errorf("list BreakerReports: %w", err)
+// view is what the members of cb add up to (aggregate).
+func (n namespaceReports) view(cb *resiliencev1alpha1.CircuitBreaker) breakerView {
+	if s := n.snapshots[cb.Name]; s != nil {
+		return s.view(cb)
 	}
-	if len(reports.Items) == 0 {
-		return out, nil
+	v := aggregate(cb, n.byBreaker[cb.Name])
+	v.oddShape = n.oddShape[cb.Name]
+	return v
+}
+
+// readReports returns what the namespace's pods report of the breakers, from the index
+// (memberIndex) after deriving again the pods that changed since the last read, and when
+// to read again for an agent's grace that ends (zero: no need).
+func (r *CircuitBreakerReconciler) readReports(ctx context.Context, namespace string, breakers []resiliencev1alpha1.CircuitBreaker) (namespaceReports, time.Duration, error) {
+	ns := r.index.namespaceFor(namespace)
+	ns.refresh.Lock()
+	defer ns.refresh.Unlock()
+	if err := r.syncNamespace(ctx, namespace, ns); err != nil {
+		return namespaceReports{}, 0, err
 	}
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return out, fmt.Errorf("list Pods: %w", err)
-	}
-	byName := make(map[string]*corev1.Pod, len(pods.Items))
-	for i := range pods.Items {
-		byName[pods.Items[i].Name] = &pods.Items[i]
-	}
-	for i := range reports.Items {
-		rep := &reports.Items[i]
-		pod := byName[rep.Name]
-		if pod == nil || !ownedBy(rep, pod.UID) {
-			// Confirmed around the cache: a new pod can report before the cache has
-			// seen it, and a pod re-created under its name (a StatefulSet's) before the
-			// cache has seen the old one go; its report, taken for the old pod's, would
-			// be deleted, and its agent writes it again only when an entry changes.
-			live, err := r.livePod(ctx, namespace, rep.Name)
+	now := r.now()
+	dirty := r.index.takeDirty(ns, now)
+	if len(dirty) > 0 {
+		d := deriver{r: r, namespace: namespace, now: now}
+		results := make(map[string]derived, len(dirty))
+		for pod, nodes := range dirty {
+			res, err := d.derive(ctx, pod, nodes)
 			if err != nil {
-				return out, err
+				// What is not derived yet stays dirty for the retry.
+				for p := range dirty {
+					if _, done := results[p]; !done {
+						r.index.markReport(namespace, p)
+					}
+				}
+				r.index.apply(ns, results)
+				return namespaceReports{}, 0, err
 			}
-			pod = live
+			results[pod] = res
 		}
-		switch {
-		case pod == nil || !ownedBy(rep, pod.UID):
-			out.gone = append(out.gone, *rep)
-			continue
-		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-			continue
-		}
-		for _, m := range membersOf(rep, r.seen.firstSeen(rep, r.now())) {
-			out.byBreaker[m.entry.Name] = append(out.byBreaker[m.entry.Name], m)
+		r.index.apply(ns, results)
+	}
+	names := make([]string, len(breakers))
+	for i := range breakers {
+		names[i] = breakers[i].Name
+	}
+	out, next := r.index.read(ns, names)
+	var wait time.Duration
+	if !next.IsZero() {
+		wait = max(next.Sub(now), time.Millisecond)
+	}
+	return out, wait, nil
+}
+
+// syncNamespace marks every report of the namespace dirty the first time the namespace is
+// read, from the cache's lists: the watch events mark the rest.
+func (r *CircuitBreakerReconciler) syncNamespace(ctx context.Context, namespace string, ns *namespaceIndex) error {
+	r.index.mu.Lock()
+	synced := ns.synced
+	r.index.mu.Unlock()
+	if synced {
+		return nil
+	}
+	var reports resiliencev1alpha1.BreakerReportList
+	if err := r.List(ctx, &reports, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list BreakerReports: %w", err)
+	}
+	var nodeReports resiliencev1alpha1.NodeBreakerReportList
+	if err := r.List(ctx, &nodeReports, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list NodeBreakerReports: %w", err)
+	}
+	r.index.mu.Lock()
+	defer r.index.mu.Unlock()
+	for i := range reports.Items {
+		ns.dirty[reports.Items[i].Name] = true
+	}
+	for i := range nodeReports.Items {
+		rep := &nodeReports.Items[i]
+		for k := range rep.Pods {
+			ns.dirty[rep.Pods[k].Name] = true
+			ns.hint(rep.Pods[k].Name, rep.NodeName)
 		}
 	}
-	for name, members := range out.byBreaker {
-		kept, odd := oddShapes(members)
-		if len(odd) == 0 {
-			continue
-		}
-		out.byBreaker[name] = kept
-		if out.oddShape == nil {
-			out.oddShape = map[string][]string{}
-		}
-		out.oddShape[name] = odd
-	}
-	return out, nil
+	ns.synced = true
+	return nil
 }
 
 // oddShapes splits a breaker's members by the shape of their entries: a breaker Group's

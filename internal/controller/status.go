@@ -204,7 +204,7 @@ func reopened(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
 // coalesced (coalesced other state changes since the last write) its state Event says.
 func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.CircuitBreaker, o outcome, v breakerView, coalesced int) {
 	if o.err != nil && !sameCondition(cb, desired, resiliencev1alpha1.ConditionReady) {
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.ReasonConfigInvalid, "Render",
+		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.ReasonConfigInvalid, "Render",
 			"Not published, the last good config stays: %v", o.err)
 	}
 	if r.recordStateEvent(cb, desired, v, coalesced) {
@@ -223,13 +223,13 @@ func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.
 		}
 	}
 	if len(news) > 0 {
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventConfigRejected, "Reload",
+		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventConfigRejected, "Reload",
 			"%d pods refused the published configuration and keep their last good one: %s", len(news), joinLimited(news))
 		return
 	}
 	if c := meta.FindStatusCondition(desired.Status.Conditions, resiliencev1alpha1.ConditionConfigApplied); c != nil &&
 		c.Reason == ReasonReportShapesMixed && c.Message != reported {
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, EventReportShapeIgnored, "Aggregate", "%s", c.Message)
+		r.eventf(cb, corev1.EventTypeWarning, EventReportShapeIgnored, "Aggregate", "%s", c.Message)
 	}
 }
 
@@ -241,7 +241,7 @@ func (r *CircuitBreakerReconciler) recordStateEvent(cb, desired *resiliencev1alp
 		more = fmt.Sprintf(" (%d more state changes since the last status write, coalesced into this one)", coalesced)
 	}
 	if reopened(cb, desired) {
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
+		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
 		return true
 	}
 	from, to := cb.Status.State, desired.Status.State
@@ -251,17 +251,24 @@ func (r *CircuitBreakerReconciler) recordStateEvent(cb, desired *resiliencev1alp
 	r.Metrics.transition(cb, to)
 	switch to {
 	case resiliencev1alpha1.StateOpen:
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
+		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
 	case resiliencev1alpha1.StateHalfOpen:
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen", "%s%s", halfOpenedMessage(cb, v), more)
+		r.eventf(cb, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen", "%s%s", halfOpenedMessage(cb, v), more)
 	case resiliencev1alpha1.StateClosed:
 		if from == "" { // a first report of Closed is no news
 			return false
 		}
-		r.Recorder.Eventf(cb, nil, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitClosed, "Close",
+		r.eventf(cb, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitClosed, "Close",
 			"The circuit is closed on all %d reporting pods%s", v.counts.Reporting, more)
 	default:
 		return false
 	}
 	return true
+}
+
+// eventf records an Event on cb whose note is cut to what the API server accepts
+// (eventNote): the notes of these Events name pods and what they reported, and one the
+// API server refused would be lost.
+func (r *CircuitBreakerReconciler) eventf(cb *resiliencev1alpha1.CircuitBreaker, eventType, reason, action, format string, args ...any) {
+	r.Recorder.Eventf(cb, nil, eventType, reason, action, "%s", eventNote(fmt.Sprintf(format, args...)))
 }

@@ -226,7 +226,7 @@ var _ = Describe("CircuitBreaker status from BreakerReports", func() {
 		stopCache()
 		lagging, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{
 			Reader:     pods,
-			DisableFor: []client.Object{&resiliencev1alpha1.CircuitBreaker{}, &resiliencev1alpha1.BreakerReport{}, &corev1.ConfigMap{}},
+			DisableFor: []client.Object{&resiliencev1alpha1.CircuitBreaker{}, &resiliencev1alpha1.BreakerReport{}, &resiliencev1alpha1.NodeBreakerReport{}, &corev1.ConfigMap{}},
 		}})
 		Expect(err).NotTo(HaveOccurred())
 

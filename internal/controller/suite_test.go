@@ -33,6 +33,10 @@ var (
 	reconciler *CircuitBreakerReconciler
 )
 
+// suiteNodeAgentGrace is the reconciler's grace for a node agent that is not Ready: short,
+// so that a spec sees it end.
+const suiteNodeAgentGrace = 3 * time.Second
+
 func TestController(t *testing.T) {
 	RegisterFailHandler(Fail)
 	// The machines that run this suite are shared and loaded: waits are generous, and
@@ -66,6 +70,7 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	reconciler = NewReconciler(mgr, NewMetrics(prometheus.NewRegistry()))
+	reconciler.NodeAgentGrace = suiteNodeAgentGrace
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())

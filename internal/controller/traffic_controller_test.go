@@ -50,8 +50,11 @@ var _ = Describe("Fleet traffic (issue 22)", func() {
 		reports(ctx, ns, "pod-a", withTraffic(entry("payments", "Closed", "Started", now, 1), 100, 50, 10, 20), entry("plain", "Closed", "Started", now, 1))
 		reports(ctx, ns, "pod-b", withTraffic(entry("payments", "Closed", "Started", now, 1), 200, 100, 20, 30))
 		reports(ctx, ns, "pod-c", entry("payments", "Open", "Adopted", now, 1)) // open: its window says nothing
+		// The median pod's window, not the sums (docs/design.md §5.17): every window's
+		// rejection probability is 0 at k = 2, the most requests first, and the lower
+		// middle of three is pod-a's.
 		Eventually(func(g Gomega) {
-			g.Expect(publishedFleet(published(g, ctx, ns, "payments"))).To(Equal(map[string]any{"pods": 3.0, "requests": 300.0, "accepts": 150.0}))
+			g.Expect(publishedFleet(published(g, ctx, ns, "payments"))).To(Equal(map[string]any{"pods": 3.0, "requests": 100.0, "accepts": 50.0}))
 		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			got := getBreaker(g, ctx, ns, "payments").Status.Traffic

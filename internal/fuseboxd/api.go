@@ -19,35 +19,6 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// Handler returns the API's routes (docs/design.md §8) on net/http. [Server.Serve] answers
-// the frequent requests itself (wire.go) and hands every other one to this handler, so
-// that both give the same answers.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/breakers/{name}/permits", func(w http.ResponseWriter, r *http.Request) {
-		if body, ok := readBody(w, r); ok {
-			writeAnswer(w, s.acquire(r.PathValue("name"), body, nil))
-		}
-	})
-	mux.HandleFunc("POST /v1/permits/{permit}", func(w http.ResponseWriter, r *http.Request) {
-		if body, ok := readBody(w, r); ok {
-			writeAnswer(w, s.settle([]byte(r.PathValue("permit")), body))
-		}
-	})
-	mux.HandleFunc("GET /v1/breakers/{name}", func(w http.ResponseWriter, r *http.Request) {
-		writeAnswer(w, s.describe(r.PathValue("name")))
-	})
-	mux.HandleFunc("POST /v1/breakers/{name}/trip", func(w http.ResponseWriter, r *http.Request) {
-		writeAnswer(w, s.trip(r.PathValue("name")))
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeAnswer(w, healthy) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { writeAnswer(w, s.readyz()) })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAnswer(w, errorAnswer(http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)))
-	})
-	return mux
-}
-
 // answer is one response of the API, whichever server writes it.
 type answer struct {
 	code int
@@ -71,13 +42,14 @@ type refusal struct {
 // (a saturated half-open period, a forced-open mode): long enough not to spin.
 const unknownRetryAfter = time.Second
 
-// acquire answers POST /v1/breakers/{name}/permits, appending a 201's body to buf.
-func (s *Server) acquire(name string, body, buf []byte) answer {
+// acquire answers POST /v1/breakers/{name}/permits for from, appending a 201's body
+// to buf.
+func (s *Server) acquire(name, body []byte, from client, buf []byte) answer {
 	req, err := decodeAcquire(body)
 	if err != nil {
 		return errorAnswer(http.StatusBadRequest, err.Error())
 	}
-	b, refused := s.breaker(name)
+	e, b, refused := s.breakerNamed(name)
 	if b == nil {
 		return refused
 	}
@@ -94,12 +66,12 @@ func (s *Server) acquire(name string, body, buf []byte) answer {
 	if err != nil {
 		return refuse(b, err)
 	}
-	id, ok := s.permits.add(done, lease, s.now())
-	if !ok {
-		// Too many permits outstanding (clients leaking them), or shutting down: the
-		// call never happens, which is what a cancelled call says.
+	id, short := s.permits.add(done, lease, s.now(), from, &e.permits)
+	if short != noShortage {
+		// The call never happens, which is what a cancelled call says: a probe's slot
+		// is free again at once.
 		done(context.Canceled)
-		return errorAnswer(http.StatusServiceUnavailable, "too many outstanding permits, or shutting down; settle the ones you hold")
+		return s.refuseShort(e, b, short, from)
 	}
 	// {"permit":"<id>","state":"<state>","leaseMs":N}: the id is base32 and the state one
 	// of State.String()'s words, neither of which JSON escapes.
@@ -111,6 +83,47 @@ func (s *Server) acquire(name string, body, buf []byte) answer {
 	buf = strconv.AppendInt(buf, lease.Milliseconds(), 10)
 	buf = append(buf, "}\n"...)
 	return answer{code: http.StatusCreated, body: buf}
+}
+
+// Refusal reasons of an acquire that a cap refused, beside the breaker's own
+// (breaker.Reason's words): the client's permits, the daemon's, or its connections ran out.
+const (
+	reasonClientPermits = "client_permits_exhausted"
+	reasonPermits       = "permits_exhausted"
+	reasonConnections   = "connections_exhausted"
+)
+
+// refuseShort answers an acquire that add refused. A cap reached is a refusal like the
+// breaker's own, 429 with the breaker's state, which clients take as a short-circuit
+// and run their fallback: a client that leaks permits or holds connections must not
+// make the others read "unreachable" and fail open, which would switch the breaker off
+// for the whole pod.
+func (s *Server) refuseShort(e *breakerEntry, b *breaker.Breaker, short shortage, from client) answer {
+	switch short {
+	case clientAtCap:
+		if s.warnings.due(clientAtCap) {
+			s.log.Warn("A client holds as many permits as it may; its acquires are refused until it settles some or they lapse",
+				"client", from.String(), "breaker", e.name, "maxPermitsPerClient", s.permits.maxPerClient)
+		}
+		return s.refuseAtCap(e, b, reasonClientPermits)
+	case tableAtCap:
+		if s.warnings.due(tableAtCap) {
+			s.log.Warn("The daemon holds as many permits as it may; every acquire is refused until some are settled or lapse",
+				"breaker", e.name, "maxPermits", s.permits.max)
+		}
+		return s.refuseAtCap(e, b, reasonPermits)
+	}
+	return errorAnswer(http.StatusServiceUnavailable, "shutting down")
+}
+
+// refuseAtCap is the refusal of an acquire on b that a cap stopped.
+func (s *Server) refuseAtCap(e *breakerEntry, b *breaker.Breaker, reason string) answer {
+	e.permits.refusedAtCap.Add(1)
+	a := jsonAnswer(http.StatusTooManyRequests, refusal{
+		State: b.State().String(), Reason: reason, RetryAfterMs: unknownRetryAfter.Milliseconds(),
+	})
+	a.retryAfter = int64(unknownRetryAfter / time.Second)
+	return a
 }
 
 func refuse(b *breaker.Breaker, err error) answer {
@@ -168,8 +181,16 @@ type description struct {
 	State      string          `json:"state"`
 	Mode       string          `json:"mode"`
 	Counts     counts          `json:"counts"`
+	Permits    permitFigures   `json:"permits"`
 	Policy     json.RawMessage `json:"policy"`
 	Generation int64           `json:"generation"`
+}
+
+// permitFigures are permitCounts as JSON: what a leaking client holds and leaves behind.
+type permitFigures struct {
+	Held         int64 `json:"held"`
+	Lapsed       int64 `json:"lapsed"`
+	RefusedAtCap int64 `json:"refusedAtCap"`
 }
 
 type counts struct {
@@ -195,9 +216,14 @@ func (s *Server) describe(name string) answer {
 		return errorAnswer(http.StatusInternalServerError, err.Error())
 	}
 	c := b.Counts()
+	var p permitFigures
+	if e := s.entry(name); e != nil {
+		p = permitFigures{Held: e.permits.held.Load(), Lapsed: e.permits.lapsed.Load(), RefusedAtCap: e.permits.refusedAtCap.Load()}
+	}
 	return jsonAnswer(http.StatusOK, description{
 		Name: name, State: b.State().String(), Mode: pub.Mode,
 		Counts:     counts{Calls: c.Calls, Failures: c.Failures, Successes: c.Successes, Slow: c.Slow},
+		Permits:    p,
 		Policy:     policy,
 		Generation: cfg.Generation,
 	})
@@ -238,6 +264,54 @@ func (s *Server) readyz() answer {
 		return jsonAnswer(http.StatusServiceUnavailable, status{"breaker config not loaded yet"})
 	}
 	return healthy
+}
+
+// breakerEntry is what the daemon keeps of a breaker beside the registry: its name,
+// interned so that the wire finds a breaker a worker names on every call without
+// allocating a string, and its permits' counts.
+type breakerEntry struct {
+	name    string
+	permits permitCounts
+}
+
+// entry returns the entry of the breaker named name, made on first use; nil if the
+// registry has no such breaker, so that entries are bounded as the registry is
+// (Options.MaxBreakers and the published names).
+func (s *Server) entry(name string) *breakerEntry {
+	s.namesMu.RLock()
+	e := s.names[name]
+	s.namesMu.RUnlock()
+	if e != nil {
+		return e
+	}
+	if _, exists := s.reg.Lookup(name); !exists {
+		return nil
+	}
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	if e = s.names[name]; e == nil {
+		e = &breakerEntry{name: name}
+		s.names[name] = e
+	}
+	return e
+}
+
+// breakerNamed is breaker for a name as the wire has it, and the breaker's entry., and the breaker's entry.
+func (s *Server) breakerNamed(name []byte) (*breakerEntry, *breaker.Breaker, answer) {
+	s.namesMu.RLock()
+	e := s.names[string(name)]
+	s.namesMu.RUnlock()
+	if e != nil {
+		if b, ok := s.reg.Lookup(e.name); ok {
+			return e, b, answer{}
+		}
+	}
+	n := string(name)
+	b, refused := s.breaker(n)
+	if b == nil {
+		return nil, nil, refused
+	}
+	return s.entry(n), b, answer{}
 }
 
 // breaker returns the breaker named name, creating it with the default policy if

@@ -10,7 +10,9 @@
 // that, and a half-open one re-opens once no probe outcome has arrived for its open
 // timeout, so a client that dies holding a probe cannot wedge the breaker. Memory is
 // bounded: at most MaxPermits permits are outstanding, each a few hundred bytes, and
-// each lives at most MaxLease.
+// each lives at most MaxLease. One client (a process, or a connection: client.go) holds
+// at most MaxPermitsPerClient of them; an acquire a cap stops is refused as the breaker
+// refuses one, so that one leaking worker makes the others neither wait nor fail open.
 //
 // The breakers' policies, their hot reload and the pod's report are the library's
 // (pkg/breaker/kube), used exactly as a Go application uses them; this package adds

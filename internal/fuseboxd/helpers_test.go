@@ -80,7 +80,9 @@ func startDaemonServed(t testing.TB, o fuseboxd.Options, configs map[string]stri
 		cancel()
 		t.Fatal(err)
 	}
-	o.Logger = quiet
+	if o.Logger == nil {
+		o.Logger = quiet
+	}
 	o.Registry, o.Published, o.Ready, o.Clock = d.agent.Registry(), d.agent.Published, d.agent.Loaded, d.clock
 	if d.srv, err = fuseboxd.New(o); err != nil {
 		cancel()
@@ -106,6 +108,18 @@ func startDaemonServed(t testing.TB, o fuseboxd.Options, configs map[string]stri
 	})
 	d.waitFor("config loaded", func() bool { code, _, _ := d.do("GET", "/readyz", ""); return code == 200 })
 	return d
+}
+
+// serveLoopback serves the daemon on loopback TCP as well, as --listen does, and returns
+// the address; Shutdown closes it.
+func (d *daemon) serveLoopback() string {
+	d.t.Helper()
+	ln, err := fuseboxd.ListenLoopback("127.0.0.1:0")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	go func() { _ = d.srv.Serve(ln) }()
+	return ln.Addr().String()
 }
 
 // unixClient speaks HTTP to the socket at path, as curl --unix-socket does.
@@ -203,8 +217,16 @@ type describedBreaker struct {
 	State      string           `json:"state"`
 	Mode       string           `json:"mode"`
 	Counts     map[string]int64 `json:"counts"`
+	Permits    permitFigures    `json:"permits"`
 	Policy     map[string]any   `json:"policy"`
 	Generation int64            `json:"generation"`
+}
+
+// permitFigures is the "permits" object of GET /v1/breakers/{name}.
+type permitFigures struct {
+	Held         int64 `json:"held"`
+	Lapsed       int64 `json:"lapsed"`
+	RefusedAtCap int64 `json:"refusedAtCap"`
 }
 
 func (d *daemon) describe(name string) describedBreaker {

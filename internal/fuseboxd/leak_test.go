@@ -36,11 +36,12 @@ func TestLeakedProbeReopens(t *testing.T) {
 }
 
 // TestTenThousandLeakedPermits: clients that never settle cost bounded memory, lapse, and
-// leave a closed circuit as it was; past MaxPermits, acquiring is refused with 503 and
-// changes nothing.
+// leave a closed circuit as it was; past MaxPermits, acquiring is refused as a
+// short-circuit (429, permits_exhausted) and changes nothing.
 func TestTenThousandLeakedPermits(t *testing.T) {
 	const leaked = 10_000
-	d := startDaemon(t, fuseboxd.Options{ExpiryInterval: 20 * time.Millisecond, MaxPermits: leaked},
+	// One process leaks them all (its connections are one client), and may fill the table.
+	d := startDaemon(t, fuseboxd.Options{ExpiryInterval: 20 * time.Millisecond, MaxPermits: leaked, MaxPermitsPerClient: 2 * leaked},
 		map[string]string{"payments": testConfig("payments", 1, "")})
 	heap := func() uint64 {
 		runtime.GC()
@@ -77,12 +78,11 @@ func TestTenThousandLeakedPermits(t *testing.T) {
 	} else {
 		t.Logf("heap grew %d bytes for %d leaked permits (%d per permit)", grown, leaked, grown/leaked)
 	}
-	code, _, body := d.do("POST", "/v1/breakers/payments/permits", "")
-	if code != http.StatusServiceUnavailable {
-		t.Fatalf("acquire past MaxPermits: %d %s, want 503", code, body)
+	if code, a := d.acquire("payments", ""); code != http.StatusTooManyRequests || a.Reason != "permits_exhausted" || a.State != "closed" {
+		t.Fatalf("acquire past MaxPermits: %d %+v, want 429 permits_exhausted in state closed", code, a)
 	}
-	if got := d.describe("payments"); got.State != "closed" || got.Counts["calls"] != 0 {
-		t.Fatalf("after %d leaked permits: %+v, want closed with no calls recorded", leaked, got)
+	if got := d.describe("payments"); got.State != "closed" || got.Counts["calls"] != 0 || got.Permits != (permitFigures{Held: leaked, RefusedAtCap: 1}) {
+		t.Fatalf("after %d leaked permits: %+v, want closed with no calls recorded, %d held and one refused", leaked, got, leaked)
 	}
 
 	d.clock.Advance(fuseboxd.MaxLease)
@@ -97,7 +97,7 @@ func TestTenThousandLeakedPermits(t *testing.T) {
 	})
 	t.Logf("heap %d bytes over the start once every permit lapsed", grown)
 	d.call("payments", "success")
-	if got := d.describe("payments"); got.State != "closed" || got.Counts["calls"] != 1 {
-		t.Fatalf("after the leaked permits lapsed: %+v, want closed with the one settled call", got)
+	if got := d.describe("payments"); got.State != "closed" || got.Counts["calls"] != 1 || got.Permits != (permitFigures{Lapsed: leaked, RefusedAtCap: 1}) {
+		t.Fatalf("after the leaked permits lapsed: %+v, want closed with the one settled call and %d lapsed", got, leaked)
 	}
 }

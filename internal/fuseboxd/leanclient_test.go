@@ -20,10 +20,15 @@ type leanClient struct {
 	r    *bufio.Reader
 	req  []byte
 	body []byte
+	// retryAfter is the last answer's Retry-After header, if any.
+	retryAfter string
 }
 
-func dialLean(sock string) (*leanClient, error) {
-	conn, err := net.Dial("unix", sock)
+func dialLean(sock string) (*leanClient, error) { return dialLeanNet("unix", sock) }
+
+// dialLeanNet is dialLean on any network: "tcp" for the daemon's loopback listener.
+func dialLeanNet(network, addr string) (*leanClient, error) {
+	conn, err := net.Dial(network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +72,7 @@ func (c *leanClient) readAnswer() (int, []byte, error) {
 		return 0, nil, fmt.Errorf("%w: status line %q", errAnswer, line)
 	}
 	length := 0
+	c.retryAfter = ""
 	for {
 		h, err := c.r.ReadSlice('\n')
 		if err != nil {
@@ -84,6 +90,8 @@ func (c *leanClient) readAnswer() (int, []byte, error) {
 			if length, err = strconv.Atoi(string(bytes.TrimSpace(value))); err != nil {
 				return 0, nil, fmt.Errorf("%w: header %q", errAnswer, h)
 			}
+		case bytes.EqualFold(name, retryAfter):
+			c.retryAfter = string(bytes.TrimSpace(value))
 		case bytes.EqualFold(name, transferEncoding):
 			return 0, nil, fmt.Errorf("%w: header %q", errAnswer, h)
 		}
@@ -101,4 +109,5 @@ func (c *leanClient) readAnswer() (int, []byte, error) {
 var (
 	contentLength    = []byte("Content-Length")
 	transferEncoding = []byte("Transfer-Encoding")
+	retryAfter       = []byte("Retry-After")
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,38 +15,67 @@ type permit struct {
 	done    func(error)
 	expires time.Time // on the monotonic clock (time.Now)
 	index   int       // in the expiry heap; -1 once out of it
+	from    client    // whose cap it counts against
+	counts  *permitCounts
 }
+
+// permitCounts are one breaker's permits, as GET /v1/breakers/{name} shows them.
+type permitCounts struct {
+	held         atomic.Int64 // outstanding now
+	lapsed       atomic.Int64 // dropped unsettled at the end of their lease, since the daemon started
+	refusedAtCap atomic.Int64 // acquires refused because a client, the table or the connections were at their cap
+}
+
+// shortage is why add stored no permit.
+type shortage int
+
+const (
+	noShortage shortage = iota
+	clientAtCap
+	tableAtCap
+	tableClosed
+	connectionsAtCap // not the table's: admit's, for warnings
+)
 
 // permits holds the outstanding permits by id, and by expiry so that lapsed ones are
 // dropped without scanning them all.
 type permits struct {
-	mu     sync.Mutex
-	byID   map[string]*permit
-	expiry expiryHeap
-	max    int
-	closed bool // shutting down: no new permits
+	mu           sync.Mutex
+	byID         map[string]*permit
+	expiry       expiryHeap
+	byClient     map[client]int // how many permits each client holds
+	max          int
+	maxPerClient int
+	closed       bool // shutting down: no new permits
 }
 
-func newPermits(limit int) *permits {
-	return &permits{byID: make(map[string]*permit), max: limit}
+func newPermits(limit, perClient int) *permits {
+	return &permits{byID: make(map[string]*permit), byClient: make(map[client]int), max: limit, maxPerClient: perClient}
 }
 
-// add stores done under a new id until lease has passed. It reports false, and stores
-// nothing, when max permits are outstanding or the table is closed; the caller must then
-// settle done itself.
-func (t *permits) add(done func(error), lease time.Duration, now time.Time) (string, bool) {
+// add stores done under a new id until lease has passed, counted against from and in
+// counts. It stores nothing, and says why, when from holds maxPerClient permits, max
+// are outstanding or the table is closed; the caller must then settle done itself.
+func (t *permits) add(done func(error), lease time.Duration, now time.Time, from client, counts *permitCounts) (string, shortage) {
 	// 128 random bits: ids are not guessable by another client of the socket, and never
 	// collide with a permit settled earlier.
 	id := rand.Text()
-	p := &permit{id: id, done: done, expires: now.Add(lease)}
+	p := &permit{id: id, done: done, expires: now.Add(lease), from: from, counts: counts}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || len(t.byID) >= t.max {
-		return "", false
+	switch {
+	case t.closed:
+		return "", tableClosed
+	case t.byClient[from] >= t.maxPerClient:
+		return "", clientAtCap
+	case len(t.byID) >= t.max:
+		return "", tableAtCap
 	}
 	t.byID[id] = p
+	t.byClient[from]++
 	heap.Push(&t.expiry, p)
-	return id, true
+	counts.held.Add(1)
+	return id, noShortage
 }
 
 // take removes and returns the done of the permit id, if it is outstanding.
@@ -56,9 +86,20 @@ func (t *permits) take(id []byte) (func(error), bool) {
 	if !ok {
 		return nil, false
 	}
-	delete(t.byID, p.id)
 	heap.Remove(&t.expiry, p.index)
+	t.forget(p)
 	return p.done, true
+}
+
+// forget removes p, out of the expiry heap already, from the table and its counts.
+func (t *permits) forget(p *permit) {
+	delete(t.byID, p.id)
+	if n := t.byClient[p.from] - 1; n > 0 {
+		t.byClient[p.from] = n
+	} else {
+		delete(t.byClient, p.from) // a client's entry lives as long as its permits
+	}
+	p.counts.held.Add(-1)
 }
 
 // expire drops every permit whose lease has passed at now, and returns how many. Their
@@ -69,13 +110,14 @@ func (t *permits) expire(now time.Time) int {
 	n := 0
 	for len(t.expiry) > 0 && !t.expiry[0].expires.After(now) {
 		p := heap.Pop(&t.expiry).(*permit)
-		delete(t.byID, p.id)
+		t.forget(p)
+		p.counts.lapsed.Add(1)
 		n++
 	}
 	if n > 0 && len(t.byID) == 0 {
 		// A map keeps its buckets after a burst of leaks; start afresh so that the
 		// memory goes back too.
-		t.byID, t.expiry = make(map[string]*permit), nil
+		t.byID, t.byClient, t.expiry = make(map[string]*permit), make(map[client]int), nil
 	}
 	return n
 }
@@ -93,9 +135,10 @@ func (t *permits) close() int {
 	t.mu.Lock()
 	t.closed = true
 	all := t.byID
-	t.byID, t.expiry = map[string]*permit{}, nil
+	t.byID, t.byClient, t.expiry = map[string]*permit{}, map[client]int{}, nil
 	t.mu.Unlock()
 	for _, p := range all {
+		p.counts.held.Add(-1)
 		p.done(context.Canceled)
 	}
 	return len(all)

@@ -7,28 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
-)
-
-// Limits of the API (docs/design.md §8).
-const (
-	// MaxLease is the longest lease a permit can have, whatever the client asks.
-	MaxLease = 10 * time.Minute
-	// MaxBody is the largest request body accepted; a larger one gets 413.
-	MaxBody = 64 << 10
-	// DefaultMaxPermits bounds the permits outstanding at once: with every client
-	// leaking, memory stays at about this many permits (a few hundred bytes each).
-	DefaultMaxPermits = 1 << 16
-	// DefaultMaxBreakers bounds the breakers a client can create by naming them: a name
-	// nobody published gets the default policy, but a client looping over random names
-	// must not grow the registry without end.
-	DefaultMaxBreakers = 1024
 )
 
 // Options configure a [Server].
@@ -42,6 +26,20 @@ type Options struct {
 	Ready func() bool
 	// MaxPermits bounds the outstanding permits; zero means DefaultMaxPermits.
 	MaxPermits int
+	// MaxPermitsPerClient bounds the permits one client (a process, or a connection:
+	// see client) holds at once; zero means DefaultMaxPermitsPerClient.
+	MaxPermitsPerClient int
+	// MaxConnections bounds the connections served at once; zero means
+	// DefaultMaxConnections. Past it a connection gets one answer and is closed
+	// (conns.go).
+	MaxConnections int
+	// RequestTimeout is how long a request may take to arrive, header and body, from its
+	// first byte, and its answer to be written; zero means DefaultRequestTimeout. A
+	// request handed to net/http has as long again from the hand-off.
+	RequestTimeout time.Duration
+	// IdleTimeout closes a connection on which no request has begun for that long;
+	// zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// MaxBreakers bounds the breakers the registry may hold before a request naming a
 	// new, unpublished one is refused; zero means DefaultMaxBreakers.
 	MaxBreakers int
@@ -59,22 +57,32 @@ type Server struct {
 	published   func(string) (breakerconfig.Config, bool)
 	ready       func() bool
 	maxBreakers int
-	log         *slog.Logger
-	permits     *permits
-	now         func() time.Time
+	// The connections' limits (conns.go, wire.go).
+	maxConns       int
+	requestTimeout time.Duration
+	idleTimeout    time.Duration
+	open           atomic.Int64 // connections served, by hand or by net/http
+	refusing       atomic.Int64 // connections over maxConns being answered
+	log            *slog.Logger
+	permits        *permits
+	now            func() time.Time
 
 	// http serves the connections serveConn hands over (wire.go).
-	http     *http.Server
-	handoff  *handoff
-	httpDate atomic.Pointer[httpDate]
+	http      *http.Server
+	handoff   *handoff
+	handedOff atomic.Int64 // connections given to net/http
+	httpDate  atomic.Pointer[httpDate]
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{} // guarded by mu
 	conns     map[*wireConn]struct{}    // guarded by mu
 
 	namesMu sync.RWMutex
-	names   map[string]string // guarded by namesMu; see name
-	closing atomic.Bool       // set (under mu) by Shutdown
+	names   map[string]*breakerEntry // guarded by namesMu; see entry
+	closing atomic.Bool              // set (under mu) by Shutdown
+
+	connSerial atomic.Uint64 // numbers the connections whose process is unknown (client)
+	warnings   warnings
 
 	stop     context.CancelFunc
 	stopped  chan struct{}
@@ -91,13 +99,17 @@ func New(o Options) (*Server, error) {
 		reg:         o.Registry,
 		published:   o.Published,
 		ready:       o.Ready,
-		maxBreakers: o.MaxBreakers,
+		maxBreakers: positiveOr(o.MaxBreakers, DefaultMaxBreakers),
+		maxConns:    positiveOr(o.MaxConnections, DefaultMaxConnections),
 		log:         o.Logger,
 		stopped:     make(chan struct{}),
 		handoff:     newHandoff(),
 		listeners:   map[net.Listener]struct{}{},
 		conns:       map[*wireConn]struct{}{},
-		names:       map[string]string{},
+		names:       map[string]*breakerEntry{},
+
+		requestTimeout: positiveOr(o.RequestTimeout, DefaultRequestTimeout),
+		idleTimeout:    positiveOr(o.IdleTimeout, DefaultIdleTimeout),
 	}
 	if s.published == nil {
 		s.published = func(string) (breakerconfig.Config, bool) { return breakerconfig.Config{}, false }
@@ -105,30 +117,25 @@ func New(o Options) (*Server, error) {
 	if s.ready == nil {
 		s.ready = func() bool { return true }
 	}
-	if s.maxBreakers <= 0 {
-		s.maxBreakers = DefaultMaxBreakers
-	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	maxPermits := o.MaxPermits
-	if maxPermits <= 0 {
-		maxPermits = DefaultMaxPermits
-	}
-	interval := o.ExpiryInterval
-	if interval <= 0 {
-		interval = time.Second
-	}
-	s.permits = newPermits(maxPermits)
+	interval := positiveOr(o.ExpiryInterval, time.Second)
+	s.permits = newPermits(positiveOr(o.MaxPermits, DefaultMaxPermits), positiveOr(o.MaxPermitsPerClient, DefaultMaxPermitsPerClient))
 	s.now = time.Now
 	if o.Clock != nil {
 		s.now = o.Clock.Now
 	}
 	s.http = &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		Handler:           s.handler(),
+		ReadHeaderTimeout: s.requestTimeout,
+		ReadTimeout:       s.requestTimeout,
+		// Counted from the end of the header: the body's read, then the answer's write.
+		WriteTimeout:   2 * s.requestTimeout,
+		IdleTimeout:    s.idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ConnContext:    s.connContext,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	go func() { _ = s.http.Serve(s.handoff) }()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -160,7 +167,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		switch {
 		case err == nil:
 			backoff = 0
-			go s.serveConn(conn)
+			s.admit(conn)
 		case s.closing.Load():
 			return nil
 		case errors.Is(err, net.ErrClosed):
@@ -173,6 +180,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			time.Sleep(backoff)
 		}
 	}
+}
+
+func positiveOr[T int | time.Duration](v, otherwise T) T {
+	if v > 0 {
+		return v
+	}
+	return otherwise
 }
 
 // track adds c to the connections Shutdown waits for, or removes it; adding reports
@@ -241,29 +255,6 @@ func (s *Server) shutdownWire(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// ListenUnix listens on the Unix socket path, replacing a socket a previous run left
-// behind (but no other kind of file). The socket is writable by every user: the pod's
-// containers may run as different users, and only they mount its directory.
-func ListenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("fuseboxd: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("fuseboxd: remove stale socket: %w", err)
-		}
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("fuseboxd: %w", err)
-	}
-	if err := os.Chmod(path, 0o666); err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("fuseboxd: %w", err)
-	}
-	return ln, nil
 }
 
 // ListenLoopback listens on addr, which must be a loopback IP address and a port

@@ -17,28 +17,25 @@ import (
 // request (the Request, its Header map and URL, a context, the response's state), and
 // the collector's cycles for that garbage made much of the slowest one percent of the
 // round trips (docs/benchmarks.md, "fuseboxd"). The requests the API really gets are few and
-// fixed: six routes, a small body with a Content-Length, on a kept-alive connection.
-// serveConn reads those straight from the connection's buffer and answers them from a
-// buffer it reuses. Anything else (a chunked or large body, Expect: 100-continue,
-// HTTP/1.0, an escaped or unknown path, a header too long for the buffer) goes, with
-// the connection and every byte read of it, to Handler on net/http, which serves the
-// connection from then on: the same answers either way, checked by TestWireAnswers.
+// fixed: the routes of routes.go, a small body with a Content-Length, on a kept-alive
+// connection. serveConn reads those straight from the connection's buffer and answers
+// them from a buffer it reuses. Anything else (a chunked or large body, Expect:
+// 100-continue, HTTP/1.0, an escaped or unknown path, a header too long for the buffer)
+// goes, with the connection and every byte read of it, to the same routes on net/http,
+// which serves the connection from then on: the same answers either way, checked by
+// TestWireAnswers and TestRouteTableAgreement.
 
-const (
-	// wireBuffer is each connection's read and write buffer: a request must fit whole
-	// in it to be served by hand. Clients' requests take a few hundred bytes.
-	wireBuffer = 4 << 10
-	// Timeouts of a connection as net/http's server is configured with them (New).
-	idleTimeout       = 2 * time.Minute
-	readHeaderTimeout = 5 * time.Second
-)
+// wireBuffer is each connection's read and write buffer: a request must fit whole in it
+// to be served by hand. Clients' requests take a few hundred bytes.
+const wireBuffer = 4 << 10
 
 // request is the part of a request serveConn acts on; its slices point into the
 // connection's read buffer and are valid until the request is discarded from it.
 type request struct {
-	method, path, body []byte
-	close              bool // Connection: close
-	length             int  // of the request, headers and body, in the buffer
+	route     *route
+	arg, body []byte
+	close     bool // Connection: close
+	length    int  // of the request, headers and body, in the buffer
 }
 
 // errHandOff means the request is not one serveConn answers by hand.
@@ -48,40 +45,47 @@ var errHandOff = errors.New("fuseboxd: request for net/http")
 // server shuts down; or hands conn to net/http at the first request it does not answer
 // itself.
 func (s *Server) serveConn(conn net.Conn) {
-	c := &wireConn{conn: conn, r: bufio.NewReaderSize(conn, wireBuffer), w: bufio.NewWriterSize(conn, wireBuffer),
+	c := &wireConn{conn: conn, from: s.identify(conn), r: bufio.NewReaderSize(conn, wireBuffer), w: bufio.NewWriterSize(conn, wireBuffer),
 		scratch: make([]byte, 0, 256)}
-	if !s.track(c, true) {
-		_ = conn.Close()
-		return
+	if s.track(c, true) && s.serveWire(c) {
+		return // net/http's now
 	}
+	s.track(c, false)
+	// Counted out first, so that a client that sees its connection end may count on
+	// the place being free.
+	s.open.Add(-1)
+	_ = conn.Close()
+}
+
+// serveWire answers c's requests until c is to be closed (false) or has been handed to
+// net/http (true).
+func (s *Server) serveWire(c *wireConn) bool {
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(idleTimeout))
+		_ = c.conn.SetReadDeadline(time.Now().Add(s.idleTimeout))
 		if _, err := c.r.Peek(1); err != nil {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
 		// A request has begun: the server waits for it to end before it shuts down.
 		if !c.setActive(true) {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(readHeaderTimeout))
+		// It has requestTimeout to arrive whole and be answered, however slowly a
+		// client trickles it or reads the answer.
+		_ = c.conn.SetDeadline(time.Now().Add(s.requestTimeout))
 		req, err := readRequest(c.r)
 		if errors.Is(err, errHandOff) {
 			s.log.Debug("Serving a connection with net/http from here on", "request", firstLine(c.r))
+			s.handedOff.Add(1)
 			s.track(c, false)
-			_ = conn.SetReadDeadline(time.Time{})
-			s.handoff.give(&bufferedConn{Conn: conn, r: c.r})
-			return
+			// net/http sets its own, by the same limits.
+			_ = c.conn.SetDeadline(time.Time{})
+			s.handoff.give(&bufferedConn{Conn: c.conn, r: c.r, from: c.from, open: &s.open})
+			return true
 		}
 		if err != nil {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
-		a := s.route(req, c.scratch[:0])
+		a := req.route.answer(s, call{arg: req.arg, body: req.body, from: c.from, buf: c.scratch[:0]})
 		closeAfter := req.close || s.closing.Load()
 		_, _ = c.w.Write(s.header(c.w.AvailableBuffer(), a, closeAfter))
 		_, _ = c.w.Write(a.body)
@@ -89,9 +93,7 @@ func (s *Server) serveConn(conn net.Conn) {
 		_, _ = c.r.Discard(req.length)
 		err = c.w.Flush()
 		if !c.setActive(false) || closeAfter || err != nil {
-			s.track(c, false)
-			_ = conn.Close()
-			return
+			return false
 		}
 	}
 }
@@ -103,95 +105,9 @@ func firstLine(r *bufio.Reader) string {
 	return string(line)
 }
 
-// route answers req, appending a 201's body to buf.
-func (s *Server) route(req request, buf []byte) answer {
-	switch string(req.method) {
-	case http.MethodPost:
-		if name, ok := between(req.path, "/v1/breakers/", "/permits"); ok {
-			return s.acquire(s.name(name), req.body, buf)
-		}
-		if permit, ok := between(req.path, "/v1/permits/", ""); ok {
-			return s.settle(permit, req.body)
-		}
-		if name, ok := between(req.path, "/v1/breakers/", "/trip"); ok {
-			return s.trip(string(name))
-		}
-	case http.MethodGet:
-		switch string(req.path) {
-		case "/healthz":
-			return healthy
-		case "/readyz":
-			return s.readyz()
-		}
-		if name, ok := between(req.path, "/v1/breakers/", ""); ok {
-			return s.describe(string(name))
-		}
-	}
-	// readRequest hands off any other request: this is never reached.
-	return errorAnswer(http.StatusNotFound, "no such endpoint: "+string(req.method)+" "+string(req.path))
-}
-
-// name returns the breaker name b as a string, without allocating for the names of
-// breakers that exist: a worker names the same few on every call.
-func (s *Server) name(b []byte) string {
-	s.namesMu.RLock()
-	n, ok := s.names[string(b)]
-	s.namesMu.RUnlock()
-	if ok {
-		return n
-	}
-	n = string(b)
-	if _, exists := s.reg.Lookup(n); exists {
-		s.namesMu.Lock()
-		s.names[n] = n // bounded as the registry is (Options.MaxBreakers)
-		s.namesMu.Unlock()
-	}
-	return n
-}
-
-// between returns the one path segment of path between prefix and suffix.
-func between(path []byte, prefix, suffix string) ([]byte, bool) {
-	if !bytes.HasPrefix(path, []byte(prefix)) || !bytes.HasSuffix(path, []byte(suffix)) || len(path) <= len(prefix)+len(suffix) {
-		return nil, false
-	}
-	seg := path[len(prefix) : len(path)-len(suffix)]
-	return seg, bytes.IndexByte(seg, '/') < 0
-}
-
-// routed reports whether method and path are one of the routes serveConn answers, with
-// a path ServeMux would take as it is: segments of letters, digits, '-', '_' and '.',
-// none of them empty, "." or "..", no escapes, no query.
-func routed(method, path []byte) bool {
-	for rest := path[1:]; ; {
-		seg, after, more := bytes.Cut(rest, []byte("/"))
-		if len(seg) == 0 || string(seg) == "." || string(seg) == ".." {
-			return false
-		}
-		for _, c := range seg {
-			if !alphanumeric(c) && c != '-' && c != '_' && c != '.' {
-				return false
-			}
-		}
-		if !more {
-			break
-		}
-		rest = after
-	}
-	switch string(method) {
-	case http.MethodPost:
-		_, permits := between(path, "/v1/breakers/", "/permits")
-		_, settle := between(path, "/v1/permits/", "")
-		_, trip := between(path, "/v1/breakers/", "/trip")
-		return permits || settle || trip
-	case http.MethodGet:
-		_, describe := between(path, "/v1/breakers/", "")
-		return describe || string(path) == "/healthz" || string(path) == "/readyz"
-	}
-	return false
-}
-
 // readRequest reads the request at the head of r without consuming it, or returns
-// errHandOff if it is not one for serveConn.
+// errHandOff if it is not one for serveConn: then with its route if its request line is
+// one of the table's.
 func readRequest(r *bufio.Reader) (request, error) {
 	var buf []byte
 	end := -1
@@ -216,29 +132,31 @@ func readRequest(r *bufio.Reader) (request, error) {
 	line, head, _ := bytes.Cut(head, []byte("\r\n"))
 	method, rest, ok1 := bytes.Cut(line, []byte(" "))
 	path, proto, ok2 := bytes.Cut(rest, []byte(" "))
-	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || len(path) == 0 || path[0] != '/' || !routed(method, path) {
+	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || !plainPath(path) {
 		return request{}, errHandOff
 	}
-	req.method, req.path = method, path
+	if req.route, req.arg = match(method, path); req.route == nil {
+		return request{}, errHandOff
+	}
 	length, host := -1, false
 	for len(head) > 0 {
 		var h []byte
 		h, head, _ = bytes.Cut(head, []byte("\r\n"))
 		name, value, ok := bytes.Cut(h, []byte(":"))
 		if !ok || !validHeader(name, value) {
-			return request{}, errHandOff
+			return req, errHandOff
 		}
 		value = bytes.Trim(value, " \t")
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
 			if host || !plainHost(value) {
-				return request{}, errHandOff
+				return req, errHandOff
 			}
 			host = true
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, ok := digits(value)
 			if length >= 0 || !ok {
-				return request{}, errHandOff
+				return req, errHandOff
 			}
 			length = n
 		case bytes.EqualFold(name, []byte("Connection")):
@@ -246,20 +164,20 @@ func readRequest(r *bufio.Reader) (request, error) {
 			case bytes.EqualFold(value, []byte("close")):
 				req.close = true
 			case !bytes.EqualFold(value, []byte("keep-alive")):
-				return request{}, errHandOff
+				return req, errHandOff
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")), bytes.EqualFold(name, []byte("Expect")),
 			bytes.EqualFold(name, []byte("Upgrade")), bytes.EqualFold(name, []byte("Trailer")):
-			return request{}, errHandOff
+			return req, errHandOff
 		}
 	}
 	if !host {
-		return request{}, errHandOff // net/http refuses it, and says why
+		return req, errHandOff // net/http refuses it, and says why
 	}
 	length = max(length, 0)
 	req.length = end + 4 + length
 	if req.length > r.Size() {
-		return request{}, errHandOff // a body too large for the buffer
+		return req, errHandOff // a body too large for the buffer
 	}
 	full, err := r.Peek(req.length)
 	if err != nil {
@@ -359,6 +277,7 @@ func (s *Server) date() []byte {
 // wireConn is a connection serveConn serves.
 type wireConn struct {
 	conn    net.Conn
+	from    client
 	r       *bufio.Reader
 	w       *bufio.Writer
 	scratch []byte // a permit's answer is built here (about 70 bytes)
@@ -374,54 +293,3 @@ func (c *wireConn) setActive(active bool) bool {
 	}
 	return c.state.CompareAndSwap(from, to)
 }
-
-// bufferedConn is a connection handed to net/http with what serveConn read of it.
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// handoff is the listener net/http serves: it accepts only the connections serveConn
-// gives it.
-type handoff struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   atomic.Bool
-}
-
-func newHandoff() *handoff {
-	return &handoff{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (h *handoff) give(c net.Conn) {
-	select {
-	case h.conns <- c:
-	case <-h.closed:
-		_ = c.Close()
-	}
-}
-
-func (h *handoff) Accept() (net.Conn, error) {
-	select {
-	case c := <-h.conns:
-		return c, nil
-	case <-h.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (h *handoff) Close() error {
-	if h.once.CompareAndSwap(false, true) {
-		close(h.closed)
-	}
-	return nil
-}
-
-func (h *handoff) Addr() net.Addr { return handoffAddr{} }
-
-type handoffAddr struct{}
-
-func (handoffAddr) Network() string { return "fuseboxd" }
-func (handoffAddr) String() string  { return "net/http" }

@@ -3,8 +3,9 @@ package breaker
 import "errors"
 
 // What a breaker learns from, and tells, the fleet it belongs to: the operator publishes how
-// many pods report a breaker and what their windows hold (rendered `fleet`, docs/design.md
-// §4), and each pod reports its own window's traffic for the operator to add up.
+// many pods report a breaker and what a typical one's window holds (rendered `fleet`,
+// docs/design.md §4), and each pod reports its own window's traffic for the operator to
+// rank and add up.
 
 // Fleet is what the operator publishes about the pods that report a breaker.
 // pkg/breaker/kube calls [Breaker.SetFleet] with it on every config it applies.
@@ -12,8 +13,9 @@ type Fleet struct {
 	// Pods is the number of pods reporting the breaker; 0 means not known yet, which the
 	// retry budget takes as 1 (this pod has the whole floor until it hears otherwise).
 	Pods int
-	// Requests and Accepts are the fleet's totals over its pods' windows (§5.16), which a
-	// pod with too few requests of its own throttles on.
+	// Requests and Accepts are the window a pod with too few requests of its own
+	// throttles on (§5.16): the operator publishes the median reporting pod's, so that
+	// one pod's report cannot set the rejection of every quiet pod (§5.17).
 	Requests, Accepts int64
 }
 
@@ -43,10 +45,12 @@ var (
 
 // SetFleet tells the breaker what the operator last published about its fleet. It costs the
 // call path nothing; pkg/breaker/kube calls it on every config it applies, and tests or other
-// sources may call it directly.
+// sources may call it directly. Negative counts count as 0, and Accepts at most Requests:
+// accepts are among the requests, and more of them would switch throttling off.
 func (b *Breaker) SetFleet(f Fleet) {
 	f.Pods = max(f.Pods, 0)
-	f.Requests, f.Accepts = max(f.Requests, 0), max(f.Accepts, 0)
+	f.Requests = max(f.Requests, 0)
+	f.Accepts = min(max(f.Accepts, 0), f.Requests)
 	b.fleet.Store(&f)
 	b.mu.Lock()
 	b.armThrottle() // a quiet pod throttles on these figures

@@ -199,6 +199,24 @@ func TestThrottleFallsBackOnTheFleet(t *testing.T) {
 	}
 }
 
+// What SetFleet is told is made consistent: accepts are among the requests (issue 29).
+func TestSetFleetKeepsAcceptsWithinRequests(t *testing.T) {
+	b, err := New("b", Policy{Throttle: &Throttle{K: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ in, want Fleet }{
+		{Fleet{Pods: 3, Requests: 100, Accepts: 1_000_000}, Fleet{Pods: 3, Requests: 100, Accepts: 100}},
+		{Fleet{Pods: -1, Requests: -5, Accepts: 7}, Fleet{}},
+		{Fleet{Pods: 2, Requests: 100, Accepts: 25}, Fleet{Pods: 2, Requests: 100, Accepts: 25}},
+	} {
+		b.SetFleet(tc.in)
+		if got, ok := b.Fleet(); !ok || got != tc.want {
+			t.Errorf("SetFleet(%+v): Fleet() = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
 // Update keeps the tally (re-cut for a new width, as the failure window is), and a breaker
 // that loses both features stops counting.
 func TestUpdateKeepsTheTally(t *testing.T) {

@@ -30,9 +30,11 @@ func pod(ns string, annotations map[string]string, containers ...corev1.Containe
 	if len(containers) == 0 {
 		containers = []corev1.Container{{Name: "app", Image: "app"}}
 	}
+	// With a service account, as the API server's ServiceAccount admission names one
+	// (envtest turns that plugin off; a projected token needs one).
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "pod-", Namespace: ns, Annotations: annotations},
-		Spec:       corev1.PodSpec{Containers: containers},
+		Spec:       corev1.PodSpec{ServiceAccountName: "default", Containers: containers},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -61,10 +62,12 @@ type Options struct {
 	// just as well, and a server that never speaks HTTP/2 cannot be hit through it.
 	EnableHTTP2 bool
 
-	// The rest is for CertModeSelfSigned.
-
-	// Namespace is the operator's: where the Secret and the webhook Service are.
+	// Namespace is the operator's: where the node agent's Service is and, in
+	// self-signed mode, the certificate Secret and the webhook Service.
 	Namespace string
+
+	// For CertModeSelfSigned:
+
 	// ServiceName is the webhook Service; the certificate names it.
 	ServiceName string
 	// SecretName is the Secret that holds the certificates.
@@ -81,9 +84,17 @@ type Options struct {
 	// BootstrapTimeout bounds Setup's wait for the certificate Secret.
 	BootstrapTimeout time.Duration
 
+	// For the pod webhook:
+
 	// SidecarImage is the fuseboxd image the pod webhook injects into pods annotated
 	// fusebox.dev/sidecar: "true".
 	SidecarImage string
+	// NodeAgentService is the node agent's Service in Namespace, whose cluster IP the
+	// pod webhook gives the pods it wires to their node's agent.
+	NodeAgentService string
+	// NodeAgentLookupTTL is how long the pod webhook trusts a read of that Service;
+	// zero means podinject.DefaultAgentLookupTTL. For tests.
+	NodeAgentLookupTTL time.Duration
 }
 
 // DefaultOptions returns the defaults: webhooks off, and otherwise what
@@ -103,6 +114,7 @@ func DefaultOptions() Options {
 		CertValidity:                   certs.DefaultCertValidity,
 		BootstrapTimeout:               time.Minute,
 		SidecarImage:                   podinject.DefaultSidecarImage,
+		NodeAgentService:               podinject.DefaultAgentService,
 	}
 }
 
@@ -132,7 +144,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Port, "webhook-port", o.Port, "Port the webhook server listens on.")
 	fs.StringVar(&o.CertDir, "webhook-cert-dir", o.CertDir, "Directory of the webhook server's tls.crt and tls.key.")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", o.EnableHTTP2, "Let the webhook server negotiate HTTP/2 (off: HTTP/1.1 only, against HTTP/2's stream-handling denial-of-service bugs).")
-	fs.StringVar(&o.Namespace, "webhook-namespace", o.Namespace, "Namespace of the webhook Service and certificate Secret (self-signed; default: the pod's).")
+	fs.StringVar(&o.Namespace, "webhook-namespace", o.Namespace, "The operator's namespace: the node agent's Service, and (self-signed) the webhook Service and certificate Secret (default: the pod's).")
 	fs.StringVar(&o.ServiceName, "webhook-service-name", o.ServiceName, "Webhook Service the certificate names (self-signed).")
 	fs.StringVar(&o.SecretName, "webhook-secret-name", o.SecretName, "Secret that holds the webhook certificates (self-signed).")
 	fs.Func("webhook-extra-sans", "Comma-separated extra DNS names or IP addresses for the webhook certificate (self-signed).", func(s string) error {
@@ -148,6 +160,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ValidatingWebhookConfiguration, "validating-webhook-configuration", o.ValidatingWebhookConfiguration, "ValidatingWebhookConfiguration whose caBundle is set (self-signed).")
 	fs.DurationVar(&o.CAValidity, "webhook-ca-validity", o.CAValidity, "Validity of the webhook CA, renewed at two thirds (self-signed).")
 	fs.StringVar(&o.SidecarImage, "fuseboxd-image", o.SidecarImage, "Image of the fuseboxd sidecar the pod webhook injects into pods annotated fusebox.dev/sidecar: \"true\" (docs/fuseboxd.md).")
+	fs.StringVar(&o.NodeAgentService, "node-agent-service", o.NodeAgentService, "The node agent's Service in --webhook-namespace, whose cluster IP the pod webhook gives the pods it wires to their node's agent (docs/webhooks.md).")
 	fs.DurationVar(&o.CertValidity, "webhook-cert-validity", o.CertValidity, "Validity of the webhook serving certificate, renewed at two thirds (self-signed).")
 }
 
@@ -188,7 +201,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := circuitbreaker.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("webhook: CircuitBreaker: %w", err)
 	}
-	if err := podinject.SetupWithManager(mgr, o.SidecarImage); err != nil {
+	agent := &podinject.AgentLocator{
+		Reader:  mgr.GetAPIReader(),
+		Service: types.NamespacedName{Namespace: o.Namespace, Name: o.NodeAgentService},
+		TTL:     o.NodeAgentLookupTTL,
+	}
+	if err := podinject.SetupWithManager(mgr, podinject.Injector{SidecarImage: o.SidecarImage, Agent: agent}); err != nil {
 		return fmt.Errorf("webhook: pod injection: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {

@@ -48,4 +48,22 @@ var _ = Describe("Sidecar injection", func() {
 		Expect(warns).To(BeEmpty())
 		Expect(sameSpec(again, p)).To(BeTrue(), "re-admission changed the pod:\n%+v\n%+v", p.Spec, again.Spec)
 	})
+
+	It("refuses a pod with its own container named fuseboxd, naming the fix, and leaves its own fuseboxd sidecar alone", func() {
+		ns := newNamespace()
+		p := pod(ns, map[string]string{podinject.SidecarAnnotation: "true"}, corev1.Container{Name: podinject.SidecarName, Image: "mine"})
+		err := k8sClient.Create(context.Background(), p)
+		Expect(err).To(MatchError(And(
+			ContainSubstring(`admission webhook "inject.pods.fusebox.dev" denied the request`),
+			ContainSubstring(`the pod has a container named "fuseboxd"`),
+			ContainSubstring("rename that container, or remove the annotation"))))
+		Expect(err).NotTo(MatchError(ContainSubstring("Duplicate value")))
+
+		always := corev1.ContainerRestartPolicyAlways
+		own := pod(ns, map[string]string{podinject.SidecarAnnotation: "true"})
+		own.Spec.InitContainers = []corev1.Container{{Name: podinject.SidecarName, Image: "mine", RestartPolicy: &always}}
+		Expect(k8sClient.Create(context.Background(), own)).To(Succeed())
+		Expect(own.Spec.InitContainers).To(HaveLen(1))
+		Expect(own.Spec.InitContainers[0].Image).To(Equal("mine"))
+	})
 })

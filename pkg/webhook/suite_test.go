@@ -70,6 +70,7 @@ var _ = BeforeSuite(func() {
 	opts.CertMode = webhook.CertModeExternal
 	opts.Host, opts.Port, opts.CertDir = wio.LocalServingHost, wio.LocalServingPort, wio.LocalServingCertDir
 	opts.SidecarImage = sidecarImage
+	opts.Namespace, opts.NodeAgentLookupTTL = operatorNamespace, agentLookupTTL
 	startManager(opts)
 })
 

@@ -174,27 +174,64 @@ func TestPodIdentityIsExact(t *testing.T) {
 	}
 }
 
-// TestTokenBoundToNoPodIsJudgedByRBACAlone documents the limit of the admission policy
-// (docs/rbac.md's threat model): a service account token that is bound to no pod (a
-// long-lived Secret token, a TokenRequest without a bound object) carries no pod-name, so
-// the policy cannot tell which report is its own, and RBAC lets it write any report in the
-// namespaces where the role is bound. If this starts failing, the policy has become
-// stricter: update the threat model.
-func TestTokenBoundToNoPodIsJudgedByRBACAlone(t *testing.T) {
+// TestTokenBoundToNoPodIsRefused: issue 29's attack 7. A service account token that is
+// bound to no pod (a long-lived Secret token, a TokenRequest without a bound object)
+// carries no pod-name, so the identity policy cannot tell which report is its own; the
+// API server refuses its report writes outright (config/policy's
+// fusebox-breakerreport-bound-token), naming the opt-out. In a namespace labelled to accept
+// such tokens, RBAC alone judges them, as before the policy: they may write any report
+// there. A service account the role is not bound to writes nothing either way.
+func TestTokenBoundToNoPodIsRefused(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
 	ctx := context.Background()
-	must(t, k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}))
-	bindBreakerClientRole(t, ns, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "app"})
-	uidB := createPod(t, ns, "pod-b")
+	setUp := func() (string, types.UID) {
+		ns := newNamespace(t)
+		must(t, k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}))
+		bindBreakerClientRole(t, ns, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "app"})
+		uidB := createPod(t, ns, "pod-b")
+		eventually(t, propagation, func() error { return podIdentityRefuses(ctx, ns, uidB) })
+		return ns, uidB
+	}
+
+	ns, uidB := setUp()
 	unbound := clientAs(t, podIdentity(ns, "app", "", ""))
 	eventually(t, propagation, func() error {
-		return podIdentityRefuses(ctx, ns, uidB)
+		return refusedSaying(unbound.Create(ctx, forgedReport(ns, "pod-b", podOwner("pod-b", uidB)), client.DryRunAll),
+			"system:serviceaccount:"+ns+":app writes BreakerReports with a token bound to no pod",
+			resiliencev1alpha1.LabelUnboundReportTokens+"="+resiliencev1alpha1.LabelUnboundReportTokensAllowed)
 	})
-	must(t, unbound.Create(ctx, forgedReport(ns, "pod-b", podOwner("pod-b", uidB))))
+	if err := refusedSaying(unbound.Create(ctx, forgedReport(ns, "pod-b", podOwner("pod-b", uidB))), "bound to no pod"); err != nil {
+		t.Error(err)
+	}
+	if _, _, err := reportOf(ns, "pod-b"); !apierrors.IsNotFound(err) {
+		t.Errorf("pod-b's report after the refusal: %v, want none", err)
+	}
+	// Its pod's own token still writes; and an update by the unbound token is refused too.
+	podB := clientAs(t, podIdentity(ns, "app", "pod-b", uidB))
+	own := forgedReport(ns, "pod-b", podOwner("pod-b", uidB))
+	must(t, podB.Create(ctx, own))
+	own.Breakers[0].State = resiliencev1alpha1.StateClosed
+	if err := refusedSaying(unbound.Update(ctx, own), "bound to no pod"); err != nil {
+		t.Error(err)
+	}
+
+	// The opt-out: a namespace labelled to accept tokens bound to no pod.
+	optedOut, uidB2 := setUp()
+	var n corev1.Namespace
+	must(t, k8sClient.Get(ctx, client.ObjectKey{Name: optedOut}, &n))
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[resiliencev1alpha1.LabelUnboundReportTokens] = resiliencev1alpha1.LabelUnboundReportTokensAllowed
+	must(t, k8sClient.Update(ctx, &n))
+	unbound = clientAs(t, podIdentity(optedOut, "app", "", ""))
+	eventually(t, propagation, func() error {
+		return unbound.Create(ctx, forgedReport(optedOut, "pod-b", podOwner("pod-b", uidB2)), client.DryRunAll)
+	})
+	must(t, unbound.Create(ctx, forgedReport(optedOut, "pod-b", podOwner("pod-b", uidB2))))
 	// A service account the role is not bound to writes nothing.
-	stranger := clientAs(t, podIdentity(ns, "default", "", ""))
-	if err := stranger.Create(ctx, forgedReport(ns, "pod-c")); !apierrors.IsForbidden(err) {
+	stranger := clientAs(t, podIdentity(optedOut, "default", "", ""))
+	if err := stranger.Create(ctx, forgedReport(optedOut, "pod-c")); !apierrors.IsForbidden(err) {
 		t.Errorf("a service account without the role: %v, want Forbidden", err)
 	}
 }

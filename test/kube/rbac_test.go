@@ -57,10 +57,18 @@ func TestRunsWithTheBreakerClientRole(t *testing.T) {
 	p.HalfOpenPermittedCalls = 3
 	writeConfigMap(t, ns, map[string]string{"guarded.json": render(t, "guarded", 2, p, "Pod", nil)})
 	// The UID from the downward API (POD_UID): the role gives no access to Pods.
+	// As the API server authenticates the pod's own projected token: the admission
+	// policy refuses a service account's report written with a token bound to no pod.
+	asPod := func(pod string) func(*kube.Options) {
+		return func(o *kube.Options) {
+			o.Config.Impersonate.UserName = user
+			o.Config.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/pod-name": {pod}}
+		}
+	}
 	in := startInstance(t, ns, "app-1", instanceOptions{
 		breakers: []string{"guarded"},
 		passUID:  true,
-		modify:   func(o *kube.Options) { o.Config.Impersonate.UserName = user },
+		modify:   asPod("app-1"),
 	})
 	eventually(t, propagation, func() error { return policyIs([]*instance{in}, "guarded", p) })
 	eventually(t, propagation, func() error {
@@ -73,7 +81,7 @@ func TestRunsWithTheBreakerClientRole(t *testing.T) {
 	// Without it, the agent cannot learn its UID, and says to set POD_UID; its breakers run.
 	blind := startInstance(t, ns, "app-2", instanceOptions{
 		breakers: []string{"guarded"},
-		modify:   func(o *kube.Options) { o.Config.Impersonate.UserName = user },
+		modify:   asPod("app-2"),
 	})
 	eventually(t, propagation, func() error {
 		if s := blind.agent.Stats(); !strings.Contains(s.LastWriteError, kube.EnvPodUID) || !strings.Contains(s.LastWriteError, "forbidden") {

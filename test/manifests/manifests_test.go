@@ -23,7 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/webhook/podinject"
 )
 
 func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -154,6 +156,17 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	find(t, objs, "ValidatingAdmissionPolicyBinding", "fusebox-breakerreport-identity", &vapBinding)
 	if vapBinding.Spec.PolicyName != vap.Name || !slices.Equal(vapBinding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Errorf("binding: policyName %q actions %v, want %q and Deny", vapBinding.Spec.PolicyName, vapBinding.Spec.ValidationActions, vap.Name)
+	}
+	// And its refusal of tokens bound to no pod, bound outside the namespaces labelled to
+	// accept them.
+	var unbound admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "fusebox-breakerreport-bound-token", &unbound)
+	sel := unbound.Spec.MatchResources
+	if unbound.Spec.PolicyName != "fusebox-breakerreport-bound-token" || sel == nil || sel.NamespaceSelector == nil ||
+		len(sel.NamespaceSelector.MatchExpressions) != 1 || sel.NamespaceSelector.MatchExpressions[0].Key != resiliencev1alpha1.LabelUnboundReportTokens ||
+		!slices.Equal(sel.NamespaceSelector.MatchExpressions[0].Values, []string{resiliencev1alpha1.LabelUnboundReportTokensAllowed}) {
+		t.Errorf("bound-token binding %+v, want policy fusebox-breakerreport-bound-token outside namespaces labelled %s=%s",
+			unbound.Spec, resiliencev1alpha1.LabelUnboundReportTokens, resiliencev1alpha1.LabelUnboundReportTokensAllowed)
 	}
 	// And its check of the override's audit record, which holds without the webhook.
 	var audit admissionregistrationv1.ValidatingAdmissionPolicy
@@ -297,5 +310,22 @@ func TestDefaultServesMetricsSecurely(t *testing.T) {
 	find(t, objs, "ClusterRoleBinding", "fusebox-metrics-auth-rolebinding", &binding)
 	if binding.RoleRef.Name != "fusebox-metrics-auth-role" || binding.Subjects[0].Name != "fusebox-controller-manager" || binding.Subjects[0].Namespace != "fusebox-system" {
 		t.Errorf("metrics-auth-rolebinding %+v, want the manager's service account bound", binding)
+	}
+}
+
+// The pod webhook reads the agent's Service, by name, in the operator's namespace, and
+// nothing else beyond the manager's role.
+func TestDefaultLetsThePodWebhookReadTheAgentService(t *testing.T) {
+	objs := kustomizeBuild(t, "config/default")
+	var role rbacv1.Role
+	find(t, objs, "Role", "fusebox-pod-webhook", &role)
+	if want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{podinject.DefaultAgentService}, Verbs: []string{"get"}}}; role.Namespace != "fusebox-system" || !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("Role %s/%s grants %+v, want %+v", role.Namespace, role.Name, role.Rules, want)
+	}
+	var binding rbacv1.RoleBinding
+	find(t, objs, "RoleBinding", "fusebox-pod-webhook", &binding)
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
+		binding.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "fusebox-controller-manager", Namespace: "fusebox-system"}) {
+		t.Errorf("binding %+v, want the role bound to the manager's service account", binding)
 	}
 }

@@ -14,3 +14,10 @@
 {{- define "fusebox.fuseboxdImage" -}}
 {{- printf "%s:%s" .Values.fuseboxd.image.repository (.Values.fuseboxd.image.tag | default .Chart.AppVersion) -}}
 {{- end }}
+
+{{/* The node agent's image: the sidecar's unless nodeAgent.image names another. */}}
+{{- define "fusebox.nodeAgentImage" -}}
+{{- $repository := .Values.nodeAgent.image.repository | default .Values.fuseboxd.image.repository -}}
+{{- $tag := .Values.nodeAgent.image.tag | default .Values.fuseboxd.image.tag | default .Chart.AppVersion -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end }}

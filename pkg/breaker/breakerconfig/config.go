@@ -58,7 +58,7 @@ type Throttle struct {
 }
 
 // Fleet is breaker.Fleet on the wire: the pods that report the breaker, and the
-// requests and accepts their windows hold, summed.
+// requests and accepts of the median reporting pod's window (docs/design.md §4, §5.17).
 type Fleet struct {
 	Pods     int   `json:"pods"`
 	Requests int64 `json:"requests"`

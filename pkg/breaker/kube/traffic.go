@@ -10,9 +10,9 @@ import (
 )
 
 // Traffic (docs/design.md §7): for a breaker with a retry budget or adaptive throttling,
-// the report also carries what the breaker's window holds, which the operator adds up
+// the report also carries what the breaker's window holds, which the operator aggregates
 // over the fleet and publishes back (rendered fleet: the pod count that divides the retry
-// floor, the requests and accepts a quiet pod throttles on).
+// floor, the median pod's requests and accepts, which a quiet pod throttles on).
 //
 // Traffic changes with every call, and a report write costs the API server and wakes the
 // operator, so a change of traffic alone is bounded twice:
@@ -33,10 +33,14 @@ type traffic struct {
 	requests, accepts, retries, throttled int64
 }
 
-// trafficOf is what the report says of t: each count inside the schema's bound.
+// trafficOf is what the report says of t: each count inside the schema's bound, and
+// accepts, retries and throttled at most the requests, as the schema requires. Retries are
+// counted when allowed and their calls when they finish, so a window read while retries
+// are in flight can hold more retries than requests.
 func trafficOf(t breaker.Traffic) traffic {
 	c := func(n int64) int64 { return min(max(n, 0), breakerconfig.MaxTrafficCount) }
-	return traffic{on: true, requests: c(t.Requests), accepts: c(t.Accepts), retries: c(t.Retries), throttled: c(t.Throttled)}
+	requests := c(t.Requests)
+	return traffic{on: true, requests: requests, accepts: min(c(t.Accepts), requests), retries: min(c(t.Retries), requests), throttled: min(c(t.Throttled), requests)}
 }
 
 // Thresholds of a material move of traffic.

@@ -44,4 +44,10 @@ func TestTrafficOfClamps(t *testing.T) {
 	if got != want {
 		t.Errorf("trafficOf = %+v, want %+v", got, want)
 	}
+	// Retries allowed whose calls have not finished yet: the schema refuses more retries
+	// (or accepts, or throttled) than requests, so the report says as many as requests.
+	got = trafficOf(breaker.Traffic{Requests: 4, Accepts: 9, Retries: 6, Throttled: 5})
+	if want := (traffic{on: true, requests: 4, accepts: 4, retries: 4, throttled: 4}); got != want {
+		t.Errorf("trafficOf = %+v, want %+v", got, want)
+	}
 }

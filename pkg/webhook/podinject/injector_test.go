@@ -49,6 +49,12 @@ func admit(t testing.TB, raw []byte) ([]byte, admission.Response) {
 	if len(resp.Patches) == 0 {
 		return raw, resp
 	}
+	return applyPatch(t, raw, resp), resp
+}
+
+// applyPatch applies resp's patch to raw, as the API server would.
+func applyPatch(t testing.TB, raw []byte, resp admission.Response) []byte {
+	t.Helper()
 	patch, err := jsonpatchapply.DecodePatch(mustJSON(t, resp.Patches))
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +63,7 @@ func admit(t testing.TB, raw []byte) ([]byte, admission.Response) {
 	if err != nil {
 		t.Fatalf("patch %s does not apply: %v", mustJSON(t, resp.Patches), err)
 	}
-	return out, resp
+	return out
 }
 
 func decodePod(t testing.TB, raw []byte) *corev1.Pod {
@@ -76,6 +82,9 @@ func asStored(p *corev1.Pod) {
 	for i := range p.Spec.Volumes {
 		if cm := p.Spec.Volumes[i].ConfigMap; cm != nil && cm.DefaultMode == nil {
 			cm.DefaultMode = &mode
+		}
+		if pr := p.Spec.Volumes[i].Projected; pr != nil && pr.DefaultMode == nil {
+			pr.DefaultMode = &mode
 		}
 	}
 	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
@@ -104,7 +113,7 @@ func hasInjected(t *testing.T, where string, c corev1.Container) {
 	}) {
 		t.Errorf("%s: no read-only mount of %s at %s: %+v", where, VolumeName, MountPath, c.VolumeMounts)
 	}
-	for _, want := range injectedEnv() {
+	for _, want := range configEnv() {
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return sameEnv(e, want) }) {
 			t.Errorf("%s: no %s: %+v", where, want.Name, c.Env)
 		}
@@ -298,7 +307,7 @@ func TestServeHTTPGarbage(t *testing.T) {
 // operator and the pods share, which pkg/breaker/kube reads.
 func TestEnvironmentNamesAreBreakerconfigs(t *testing.T) {
 	var names []string
-	for _, e := range injectedEnv() {
+	for _, e := range configEnv() {
 		names = append(names, e.Name)
 	}
 	want := []string{breakerconfig.EnvConfigDir, breakerconfig.EnvPodName, breakerconfig.EnvNamespace, breakerconfig.EnvPodUID}

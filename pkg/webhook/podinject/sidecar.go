@@ -8,18 +8,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
 
 // The per-pod decision sidecar (cmd/fuseboxd, docs/fuseboxd.md), injected when a pod
 // carries SidecarAnnotation: "true".
 const (
-	SidecarAnnotation = "fusebox.dev/sidecar"
+	SidecarAnnotation = resiliencev1alpha1.AnnotationSidecar
 	SidecarName       = "fuseboxd"
 	SocketVolumeName  = "fusebox-socket"
 	SocketDir         = "/var/run/fusebox"
 	// DefaultSidecarImage is the sidecar's image when the Injector names none.
 	DefaultSidecarImage = "ghcr.io/fusebox-dev/fuseboxd:latest"
 )
+
+// SidecarUser is the user and group the sidecar runs as: the image's own non-root
+// user (hack/image's nonroot, 65532), named by number because Pod Security's restricted
+// level must see a non-zero UID without reading the image.
+const SidecarUser = 65532
 
 // Requests of the sidecar: the daemon idles at a few millicores, and its resident
 // memory with 100 breakers is about 26 MiB (docs/benchmarks.md, "fuseboxd"). No limits:
@@ -33,18 +40,42 @@ var sidecarRequests = corev1.ResourceList{
 // there, as its entrypoint); the startup probe runs it.
 const SidecarBinary = "/fuseboxd"
 
+// sidecarSecurityContext meets Pod Security's restricted level on its own, whatever the
+// pod sets, so that an annotated pod that meets it still does once injected: non-root by
+// number, no privilege escalation, no capabilities, the runtime's seccomp profile. The
+// root filesystem is read-only: fuseboxd writes only its socket, into the shared
+// emptyDir, and the socket is writable by every user (internal/fuseboxd's ListenUnix
+// makes it 0666; the kubelet makes an emptyDir 0777), so the application's containers
+// reach it whatever user they run as.
+func sidecarSecurityContext() *corev1.SecurityContext {
+	user, no, yes := int64(SidecarUser), false, true
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             &yes,
+		RunAsUser:                &user,
+		RunAsGroup:               &user,
+		AllowPrivilegeEscalation: &no,
+		ReadOnlyRootFilesystem:   &yes,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
 // sidecarContainer is the fuseboxd native sidecar: an init container that keeps
-// running (restartPolicy Always), started before the application's containers, reading
-// the mounted ConfigMap and reporting as the pod (the same environment Plan gives
-// containers), serving its socket on the shared emptyDir.
+// running (restartPolicy Always), started before the application's containers, wired
+// as p plans (to the mounted ConfigMap, reporting as the pod, or to the node agent),
+// serving its socket on the shared emptyDir.
 //
 // Its startup probe (`fuseboxd --probe`, GET /healthz on the socket, every second for up
 // to a minute) holds the application's containers back until the socket answers: the
 // kubelet starts the containers after a native sidecar only once the sidecar's startup
 // probe has succeeded, so no worker's first call finds nothing listening.
-func sidecarContainer(image string) corev1.Container {
+func (p *planner) sidecarContainer(image string) corev1.Container {
 	always := corev1.ContainerRestartPolicyAlways
 	socket := path.Join(SocketDir, "fusebox.sock")
+	wiring := configMount()
+	if p.agentURL != "" {
+		wiring = tokenMount()
+	}
 	return corev1.Container{
 		Name:          SidecarName,
 		Image:         image,
@@ -56,12 +87,10 @@ func sidecarContainer(image string) corev1.Container {
 			TimeoutSeconds:   2,
 			FailureThreshold: 60,
 		},
-		Env:       injectedEnv(),
-		Resources: corev1.ResourceRequirements{Requests: sidecarRequests},
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: VolumeName, MountPath: MountPath, ReadOnly: true},
-			{Name: SocketVolumeName, MountPath: SocketDir},
-		},
+		Env:             p.environment(),
+		Resources:       corev1.ResourceRequirements{Requests: sidecarRequests},
+		SecurityContext: sidecarSecurityContext(),
+		VolumeMounts:    []corev1.VolumeMount{wiring, {Name: SocketVolumeName, MountPath: SocketDir}},
 	}
 }
 
@@ -74,11 +103,33 @@ func PlanSidecar(pod *corev1.Pod, image string) ([]jsonpatch.JsonPatchOperation,
 	return p.ops, p.warnings
 }
 
+// sidecarNameTaken refuses a pod with a container of the sidecar's name that is not a
+// native sidecar: the API server would refuse the patched pod with a duplicate name, an
+// error that names neither Fusebox nor the fix. A native sidecar of that name is the
+// one injected before, or the pod's own fuseboxd, and is left as it is.
+func sidecarNameTaken(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == SidecarName {
+			return fmt.Sprintf("fusebox: the pod has a container named %q, the name of the decision sidecar that %s: \"true\" adds; "+
+				"rename that container, or remove the annotation (to run fuseboxd yourself, make it an init container with restartPolicy: Always, which Fusebox leaves alone)",
+				SidecarName, SidecarAnnotation)
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == SidecarName && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			return fmt.Sprintf("fusebox: the pod has an init container named %q that runs to completion, and %s: \"true\" adds the decision sidecar under that name; "+
+				"rename that init container, or remove the annotation",
+				SidecarName, SidecarAnnotation)
+		}
+	}
+	return ""
+}
+
 func (p *planner) sidecar(pod *corev1.Pod, image string) {
 	if image == "" {
 		image = DefaultSidecarImage
 	}
-	p.volume(pod.Spec.Volumes)
+	p.podVolume(pod.Spec.Volumes)
 	p.socketVolume(pod.Spec.Volumes)
 	present := false
 	for i := range pod.Spec.InitContainers {
@@ -99,10 +150,10 @@ func (p *planner) sidecar(pod *corev1.Pod, image string) {
 	}
 	// First, so that it is serving before any other container starts.
 	if pod.Spec.InitContainers == nil && !p.created["/spec/initContainers"] {
-		p.create("/spec/initContainers", []corev1.Container{sidecarContainer(image)})
+		p.create("/spec/initContainers", []corev1.Container{p.sidecarContainer(image)})
 		return
 	}
-	p.add("/spec/initContainers/0", sidecarContainer(image))
+	p.add("/spec/initContainers/0", p.sidecarContainer(image))
 }
 
 func (p *planner) socketVolume(volumes []corev1.Volume) {

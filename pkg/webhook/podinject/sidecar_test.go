@@ -1,6 +1,7 @@
 package podinject
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -81,5 +82,66 @@ func TestSidecarImage(t *testing.T) {
 	c, ok := last.Value.([]corev1.Container)
 	if last.Path != "/spec/initContainers" || !ok || c[0].Image != "registry.example/fuseboxd:v1" {
 		t.Fatalf("last operation %+v, want the init containers with the given image", last)
+	}
+}
+
+// TestSidecarMeetsRestricted: the injected container carries, on its own, every field
+// Pod Security's restricted level checks, so a pod that meets it still does; and a
+// read-only root filesystem. (pkg/webhook's envtest suite has the API server judge it.)
+func TestSidecarMeetsRestricted(t *testing.T) {
+	ops, _ := PlanSidecar(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}}, "")
+	sc := ops[len(ops)-1].Value.([]corev1.Container)[0]
+	s := sc.SecurityContext
+	if s == nil {
+		t.Fatal("no securityContext")
+	}
+	switch {
+	case s.RunAsNonRoot == nil || !*s.RunAsNonRoot, s.RunAsUser == nil || *s.RunAsUser != 65532, s.RunAsGroup == nil || *s.RunAsGroup != 65532:
+		t.Errorf("runAsNonRoot %v runAsUser %v runAsGroup %v: want true and the image's nonroot 65532", s.RunAsNonRoot, s.RunAsUser, s.RunAsGroup)
+	case s.AllowPrivilegeEscalation == nil || *s.AllowPrivilegeEscalation || s.Privileged != nil:
+		t.Errorf("allowPrivilegeEscalation %v privileged %v", s.AllowPrivilegeEscalation, s.Privileged)
+	case s.Capabilities == nil || !slices.Equal(s.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(s.Capabilities.Add) != 0:
+		t.Errorf("capabilities %+v, want all dropped", s.Capabilities)
+	case s.SeccompProfile == nil || s.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Errorf("seccomp %+v", s.SeccompProfile)
+	case s.ReadOnlyRootFilesystem == nil || !*s.ReadOnlyRootFilesystem:
+		t.Error("root filesystem writable")
+	}
+}
+
+// TestSidecarNameTaken: a container or a plain init container named fuseboxd is refused
+// with a message that names the fix (the API server's own refusal, a duplicate name,
+// names neither Fusebox nor the fix); a native sidecar of that name is the pod's own,
+// left alone.
+func TestSidecarNameTaken(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	for _, tc := range []struct {
+		name   string
+		spec   corev1.PodSpec
+		refuse string
+	}{
+		{"container", corev1.PodSpec{Containers: []corev1.Container{{Name: "fuseboxd"}}},
+			`fusebox: the pod has a container named "fuseboxd", the name of the decision sidecar that fusebox.dev/sidecar: "true" adds; rename that container, or remove the annotation (to run fuseboxd yourself, make it an init container with restartPolicy: Always, which Fusebox leaves alone)`},
+		{"init container", corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}, InitContainers: []corev1.Container{{Name: "fuseboxd"}}},
+			`fusebox: the pod has an init container named "fuseboxd" that runs to completion, and fusebox.dev/sidecar: "true" adds the decision sidecar under that name; rename that init container, or remove the annotation`},
+		{"its own sidecar", corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}, InitContainers: []corev1.Container{{Name: "fuseboxd", Image: "mine", RestartPolicy: &always}}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{SidecarAnnotation: "true"}}, Spec: tc.spec}
+			resp := Injector{}.Handle(context.Background(), createRequest(mustJSON(t, pod)))
+			if tc.refuse == "" {
+				if !resp.Allowed {
+					t.Fatalf("refused: %+v", resp.Result)
+				}
+				out := decodePod(t, applyPatch(t, mustJSON(t, pod), resp))
+				if len(out.Spec.InitContainers) != 1 || out.Spec.InitContainers[0].Image != "mine" {
+					t.Errorf("init containers %+v: want the pod's own fuseboxd alone", out.Spec.InitContainers)
+				}
+				return
+			}
+			if resp.Allowed || len(resp.Patches) != 0 || resp.Result == nil || resp.Result.Message != tc.refuse {
+				t.Errorf("allowed %v patches %v result %+v, want refused with\n%s", resp.Allowed, resp.Patches, resp.Result, tc.refuse)
+			}
+		})
 	}
 }
