@@ -36,6 +36,8 @@ type breakerView struct {
 	keys *resiliencev1alpha1.KeySummary
 	// traffic is status.traffic: set for a breaker with a retry budget or throttling.
 	traffic *resiliencev1alpha1.FleetTraffic
+	// revisions is status.revisions (aggregateRevisions).
+	revisions []resiliencev1alpha1.RevisionStatus
 	// oddShape names the pods left out for reporting the breaker in the other shape
 	// (breaker Group or plain) than the rest (oddShapes).
 	oddShape []string
@@ -101,6 +103,7 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 	}
 	slices.Sort(v.rejected)
 	v.keys = aggregateKeys(members)
+	v.revisions = aggregateRevisions(cb, members)
 	// A breaker Group shares nothing across the fleet: its state is its pods', as with
 	// scope Pod.
 	if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet && v.keys == nil {
