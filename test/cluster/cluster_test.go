@@ -19,6 +19,7 @@ var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cl
 	Describe("the fuseboxd sidecar", sidecarSpecs)
 	Describe("pod identity and the garbage collector", identitySpecs)
 	Describe("config propagation", propagationSpecs)
+	Describe(rolloutsContainer, Ordered, rolloutSpecs)
 	Describe("leader election", failoverSpecs)
 	Describe("upgrade and uninstall", upgradeSpecs)
 })

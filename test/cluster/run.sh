@@ -6,7 +6,7 @@
 #      (`make image`), a rebuild of it under another tag for `helm upgrade`, the
 #      example's (`make image-example`), the fuseboxd sidecar's (as `make
 #      image-fuseboxd`, for this platform) and hack/fuseboxd-worker's, the client that
-#      uses the sidecar's socket;
+#      uses the sidecar's socket; and the Argo Rollouts controller (hack/rollouts.sh);
 #   2. snapshot the host, `hack/cluster.sh up`, load the images;
 #   3. run the suite inside the cluster's network namespace (`hack/cluster.sh exec`);
 #   4. `hack/cluster.sh down`, also when a step fails, then compare the host with the
@@ -76,6 +76,9 @@ native="linux/$(go env GOARCH)"
 (cd hack/image && go run . -root "${root}" -package ./hack/fuseboxd-worker -entrypoint /fuseboxd-worker -title fuseboxd-worker \
 	-tag "${worker}" -platforms "${native}" -layout "${out}/image-worker" -archive "${out}/image-worker.tar") >&2
 rm -rf "${out}/image-fuseboxd" "${out}/image-worker"
+# The Argo Rollouts controller the rollout gate specs run (docs/rollouts.md): built from
+# its Go module once, cached with the cluster's binaries.
+rollouts="$(hack/rollouts.sh)"
 
 owned=0
 baseline=""
@@ -104,7 +107,7 @@ rc=0
 setsid hack/cluster.sh exec -- "${out}/cluster.test" -test.v -test.timeout 60m \
 	-ginkgo.label-filter '!host' -ginkgo.v -ginkgo.no-color -ginkgo.timeout 50m \
 	-root "${root}" -image "${img}" -rebuilt-image "${rebuilt}" -example-image "${example}" \
-	-fuseboxd-image "${fuseboxd}" -worker-image "${worker}" \
+	-fuseboxd-image "${fuseboxd}" -worker-image "${worker}" -rollouts "${rollouts}" \
 	-timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" \
 	${CLUSTER_TEST_FLAGS:-} &
 suite=$!

@@ -37,6 +37,7 @@ var (
 	exampleImage  = flag.String("example-image", os.Getenv("FUSEBOX_EXAMPLE_IMAGE"), "The example application's image, when not the one examples/in-cluster/deploy/app.yaml names.")
 	fuseboxdImage = flag.String("fuseboxd-image", os.Getenv("FUSEBOXD_IMAGE"), "The fuseboxd sidecar image `make image-fuseboxd` built and hack/cluster.sh loaded; the chart is installed with it.")
 	workerImage   = flag.String("worker-image", os.Getenv("WORKER_IMAGE"), "The image of hack/fuseboxd-worker, the client of the sidecar's socket, built by hack/image and loaded.")
+	rolloutsDir   = flag.String("rollouts", os.Getenv("ROLLOUTS_DIR"), "The Argo Rollouts build hack/rollouts.sh prints: rollouts-controller, crds/, clusterrole.yaml.")
 	kubectlBin    = flag.String("kubectl", envOr("KUBECTL", "kubectl"), "The kubectl binary.")
 	timingsOut    = flag.String("timings", os.Getenv("CLUSTER_TIMINGS"), "Append the measured timings to this file (markdown table rows).")
 	hostBaseline  = flag.String("host-baseline", os.Getenv("CLUSTER_HOST_BASELINE"), "The host snapshot taken before `hack/cluster.sh up`: the spec labelled host compares the host with it.")
