@@ -7,7 +7,15 @@ EXAMPLE_IMG ?= ghcr.io/fusebox-dev/fusebox-example:latest
 # The fuseboxd image: the sidecar the pod webhook injects (pkg/webhook/podinject), and
 # the node agent's DaemonSet (config/nodeagent, which `make deploy` points at it).
 FUSEBOXD_IMG ?= ghcr.io/fusebox-dev/fuseboxd:latest
+# The platforms of the images make image, image-example, image-fuseboxd and image-push
+# build: each is a full cross-compile, so `make image PLATFORMS=linux/amd64` takes half
+# the time when one is enough (a local cluster, a test).
+PLATFORMS ?= linux/amd64,linux/arm64
 SHELL = /usr/bin/env bash -o pipefail
+# The recipes that build outside the workspace say GOWORK=off themselves; one from the
+# caller's environment (a script that exported it, as hack/cluster.sh exec's did) would
+# turn go.work off for every other go command here and fail them (missing go.sum entry).
+unexport GOWORK
 .SHELLFLAGS = -ec
 
 LOCALBIN ?= $(shell pwd)/bin
@@ -17,6 +25,9 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.2
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM ?= $(LOCALBIN)/helm
+# The Helm SDK version hack/helm renders and tests the chart with: one version, read from there.
+HELM_VERSION ?= $(shell cd hack/helm && GOWORK=off go list -m -f '{{.Version}}' helm.sh/helm/v3)
 
 # Set USE_EXISTING_CLUSTER=true to run the manager against the cluster of your
 # KUBECONFIG instead of a local control plane.
@@ -93,7 +104,7 @@ test-release: envtest kustomize ## Test what ships: the image (build, push, pull
 	assets="$$(hack/envtest.sh)" && cd hack/helm && KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" GOWORK=off go test -count=1 -timeout 15m ./...
 
 .PHONY: test-cluster
-test-cluster: ## Run test/cluster on a real single-node cluster: build the images, up, load, install with Helm, run, down, check the host (docs/cluster.md).
+test-cluster: ## Run test/cluster on a real two-node cluster (CLUSTER_NODES=1: one): build the images, up, load, install with Helm, run, down, check the host (docs/cluster.md).
 	test/cluster/run.sh
 
 .PHONY: bench
@@ -147,7 +158,7 @@ dashboard-screenshot: envtest ## Rewrite docs/images/dashboard.png from the dash
 	DASHBOARD_SCREENSHOT=$(CURDIR)/docs/images/dashboard.png KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestDashboardInChromium$$' -count=1 -v ./internal/plugin
 
 .PHONY: run
-run: manifests generate build envtest kubectl plugin ## Run Fusebox and a simulated workload on a local control plane (or the manager on your cluster with USE_EXISTING_CLUSTER=true).
+run: manifests generate build envtest kubectl plugin ## Run Fusebox, the samples and a simulated workload on a local control plane, printing every change of the breakers (or the manager on your cluster with USE_EXISTING_CLUSTER=true).
 ifeq ($(USE_EXISTING_CLUSTER),true)
 	$(LOCALBIN)/manager --leader-elect=false --metrics-secure=false
 else
@@ -155,38 +166,43 @@ else
 	$(LOCALBIN)/localcluster --kubeconfig-out $(LOCALBIN)/local/kubeconfig --manager $(LOCALBIN)/manager --bin $(LOCALBIN) --sample-workload=$(SAMPLE_WORKLOAD)
 endif
 
-.PHONY: demo
-demo: build envtest ## Run the scripted end-to-end demo on a local control plane; it ends by itself (README: how long).
-	go build -o $(LOCALBIN)/fusebox-demo ./hack/demo
-	$(LOCALBIN)/fusebox-demo --kubeconfig-out $(LOCALBIN)/demo/kubeconfig --manager $(LOCALBIN)/manager
-
 .PHONY: cluster
-cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own; docs/cluster.md.
+cluster: ## Start a real single-node cluster (kubelet, containerd) in namespaces of its own (hack/cluster.sh up --nodes 2: two); docs/cluster.md.
 	hack/cluster.sh up
+
+.PHONY: cluster-load
+cluster-load: ## Load the images of make image and make image-fuseboxd (the manager's, fuseboxd's) into the cluster of make cluster.
+	hack/cluster.sh load $(LOCALBIN)/image.tar
+	hack/cluster.sh load $(LOCALBIN)/fuseboxd-image.tar
 
 .PHONY: cluster-down
 cluster-down: ## Stop the cluster of `make cluster`; it leaves nothing on the machine.
 	hack/cluster.sh down
 
 .PHONY: image
-image: ## Build the multi-platform manager image without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
+image: ## Build the manager image for PLATFORMS (default linux/amd64,linux/arm64) without a container engine: bin/image (OCI layout), bin/image.tar (docker load).
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar
 
 .PHONY: image-example
 image-example: ## Build the image of examples/in-cluster the same way: bin/image-example (OCI layout), bin/image-example.tar.
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./examples/in-cluster -entrypoint /in-cluster -title fusebox-example -tag $(EXAMPLE_IMG) -layout $(LOCALBIN)/image-example -archive $(LOCALBIN)/image-example.tar
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -package ./examples/in-cluster -entrypoint /in-cluster -title fusebox-example -tag $(EXAMPLE_IMG) -layout $(LOCALBIN)/image-example -archive $(LOCALBIN)/image-example.tar
 
 .PHONY: image-fuseboxd
 image-fuseboxd: ## Build the fuseboxd sidecar image the same way: bin/fuseboxd-image (OCI layout), bin/fuseboxd-image.tar.
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd -tag $(FUSEBOXD_IMG) -layout $(LOCALBIN)/fuseboxd-image -archive $(LOCALBIN)/fuseboxd-image.tar
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd -tag $(FUSEBOXD_IMG) -layout $(LOCALBIN)/fuseboxd-image -archive $(LOCALBIN)/fuseboxd-image.tar
 
 .PHONY: image-push
 image-push: ## Build the image and push it to IMG with your docker credentials (~/.docker/config.json).
-	cd hack/image && GOWORK=off go run . -root $(CURDIR) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar -push
+	cd hack/image && GOWORK=off go run . -root $(CURDIR) -platforms $(PLATFORMS) -tag $(IMG) -layout $(LOCALBIN)/image -archive $(LOCALBIN)/image.tar -push
 
 .PHONY: docker-build
 docker-build: ## Build the manager image with a Docker engine (the Dockerfile; same contents as `make image`).
 	docker build -t $(IMG) .
+
+.PHONY: helm-bin
+helm-bin: $(HELM) ## Build bin/helm from its Go module, at the version hack/helm tests the chart with.
+$(HELM): hack/helm/go.mod | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: helm
 helm: kustomize ## Generate the Helm chart in dist/chart from config/.
@@ -202,11 +218,23 @@ install: manifests kustomize ## Install the CRDs into the cluster of your KUBECO
 uninstall: manifests kustomize ## Remove the CRDs (and every CircuitBreaker) from the cluster.
 	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
 
+# make deploy's manifests: config/default with IMG as the manager's image and FUSEBOXD_IMG
+# as the node agent's and as the sidecar's the pod webhook injects (--fuseboxd-image).
+# The images are set in a copy of config/ under bin/deploy, so config/ stays as committed.
+DEPLOY_DIR = $(LOCALBIN)/deploy
+
+.PHONY: deploy-manifests
+deploy-manifests: kustomize ## Render what make deploy applies into bin/deploy/fusebox.yaml (IMG, FUSEBOXD_IMG), leaving config/ as it is.
+	rm -rf $(DEPLOY_DIR) && mkdir -p $(DEPLOY_DIR) && cp -R config $(DEPLOY_DIR)/config
+	cd $(DEPLOY_DIR)/config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd $(DEPLOY_DIR)/config/nodeagent && $(KUSTOMIZE) edit set image fuseboxd=$(FUSEBOXD_IMG)
+	cd $(DEPLOY_DIR)/config/default && $(KUSTOMIZE) edit add patch --kind Deployment --name controller-manager \
+		--patch '[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--fuseboxd-image=$(FUSEBOXD_IMG)"}]'
+	$(KUSTOMIZE) build $(DEPLOY_DIR)/config/default > $(DEPLOY_DIR)/fusebox.yaml
+
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy the operator and the node agent to the cluster of your KUBECONFIG.
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	cd config/nodeagent && $(KUSTOMIZE) edit set image fuseboxd=$(FUSEBOXD_IMG)
-	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+deploy: manifests deploy-manifests ## Deploy the operator and the node agent to the cluster of your KUBECONFIG (IMG, FUSEBOXD_IMG: both images).
+	kubectl apply --server-side -f $(DEPLOY_DIR)/fusebox.yaml
 
 .PHONY: undeploy
 undeploy: kustomize ## Remove the operator from the cluster.

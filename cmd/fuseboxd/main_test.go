@@ -176,12 +176,16 @@ func TestBinary(t *testing.T) {
 }
 
 // TestListenRefusesNonLoopback: the API has no authentication, so --listen takes only a
-// loopback address.
+// loopback address; the refusal names the program once (issue 35: it said "fuseboxd:
+// fuseboxd: --listen").
 func TestListenRefusesNonLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "localhost:0", "10.0.0.1:8089"} {
 		out, err := exec.Command(fuseboxdBin, "--socket", filepath.Join(t.TempDir(), "s"), "--config-dir", t.TempDir(), "--listen", addr).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "only a loopback IP address") {
 			t.Errorf("--listen %s: %v %s, want a refusal", addr, err, out)
+		}
+		if strings.Contains(string(out), "fuseboxd: fuseboxd:") {
+			t.Errorf("--listen %s: the refusal names the program twice: %s", addr, out)
 		}
 	}
 	d := startBinary(t, nil, "--listen", "127.0.0.1:0")

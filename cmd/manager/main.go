@@ -4,6 +4,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -16,6 +17,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -52,9 +54,10 @@ func run() error {
 		agentGrace    time.Duration
 	)
 	_, inCluster := os.LookupEnv("KUBERNETES_SERVICE_HOST")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "", "Address the metrics endpoint binds to (default \":8443\" with --metrics-secure, \":8080\" without); \"0\" disables it.")
+	listen := listenDefaults(inCluster)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "", "Address the metrics endpoint binds to (default \""+listen.host+":8443\" with --metrics-secure, \""+listen.host+":8080\" without: every interface in a pod, loopback only elsewhere); \"0\" disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, to clients the API server authenticates (TokenReview) and authorizes (SubjectAccessReview) for GET /metrics; false serves plain HTTP to anyone, for local runs.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", listen.probes, "Address the /healthz and /readyz endpoints bind to (every interface in a pod, loopback only elsewhere).")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address Go's /debug/pprof endpoints bind to, unauthenticated, for profiling (e.g. 127.0.0.1:6060); \"0\" disables them.")
 	flag.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so only one replica reconciles (default: on when running in a cluster).")
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
@@ -64,6 +67,7 @@ func run() error {
 	flag.StringVar(&operatorNS, "operator-namespace", envOr("POD_NAMESPACE", controller.DefaultOperatorNamespace), "Namespace the operator and its node agents (DaemonSet fusebox-node) run in (default: $POD_NAMESPACE, else "+controller.DefaultOperatorNamespace+").")
 	flag.DurationVar(&agentGrace, "node-agent-grace", controller.DefaultNodeAgentGrace, "How long a node's NodeBreakerReports keep counting after its node agent stopped being Ready.")
 	webhookOpts := fuseboxwebhook.DefaultOptions()
+	webhookOpts.Host = listen.webhooks
 	webhookOpts.BindFlags(flag.CommandLine)
 	gateOpts := gateserver.DefaultOptions()
 	gateOpts.BindFlags(flag.CommandLine)
@@ -78,14 +82,14 @@ func run() error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(resiliencev1alpha1.AddToScheme(scheme))
 
-	cfg, err := ctrl.GetConfig()
+	cfg, err := restConfig(inCluster)
 	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
+		return err
 	}
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsServerOptions(metricsAddr, metricsSecure),
+		Metrics:                       metricsServerOptions(listen.metrics(metricsAddr, metricsSecure), metricsSecure),
 		HealthProbeBindAddress:        probeAddr,
 		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
@@ -200,3 +204,59 @@ func envOr(name, def string) string {
 }
 
 func hostOf(cfg *rest.Config) string { return cfg.Host }
+
+// listening is where the manager listens unless its flags say otherwise.
+type listening struct {
+	host     string // of the metrics endpoint
+	probes   string
+	webhooks string // the webhook server's host
+}
+
+// listenDefaults: in a pod, every interface, for the kubelet's probes, the Service of
+// the webhooks and a scraper; anywhere else (make run, a laptop against a remote
+// cluster), loopback only: nothing there is for other machines, and the webhooks and
+// metrics of a local run answer without authentication.
+func listenDefaults(inCluster bool) listening {
+	if inCluster {
+		return listening{probes: ":8081"}
+	}
+	return listening{host: "127.0.0.1", probes: "127.0.0.1:8081", webhooks: "127.0.0.1"}
+}
+
+// metrics is the metrics endpoint's address: addr if the flag set one, else port 8443
+// with secure serving and 8080 without, on l's host.
+func (l listening) metrics(addr string, secure bool) string {
+	switch {
+	case addr != "":
+		return addr
+	case secure:
+		return l.host + ":8443"
+	}
+	return l.host + ":8080"
+}
+
+// restConfig reaches the API server as controller-runtime's GetConfig would (--kubeconfig,
+// then KUBECONFIG, then the pod's service account, then ~/.kube/config), but says in one
+// line what to do when there is nothing to reach, instead of a stack trace of each attempt.
+func restConfig(inCluster bool) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if f := flag.Lookup("kubeconfig"); f != nil {
+		rules.ExplicitPath = f.Value.String()
+	}
+	if inCluster && rules.ExplicitPath == "" && os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	switch {
+	case clientcmd.IsEmptyConfig(err):
+		return nil, errors.New("no cluster to run against: no --kubeconfig, no KUBECONFIG, no ~/.kube/config, and not in a pod; " +
+			"point KUBECONFIG at your cluster's kubeconfig, or run `make run` without USE_EXISTING_CLUSTER for a local control plane")
+	case err != nil:
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	return cfg, nil
+}

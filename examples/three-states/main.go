@@ -35,10 +35,13 @@ func main() {
 
 // The timeouts of a call. A probe asks one question, "is the service back?", and a
 // service that needs longer than probeTimeout to answer is not back yet: the circuit
-// stays open rather than send it the full load it just failed under.
+// stays open rather than send it the full load it just failed under. The sluggish
+// service answers halfway between the two, and the brisk one far inside both, so that
+// the story is the same on a machine too busy to run anything on time.
 const (
-	callTimeout  = 300 * time.Millisecond
-	probeTimeout = 100 * time.Millisecond
+	callTimeout  = time.Second
+	probeTimeout = 500 * time.Millisecond
+	sluggish     = 750 * time.Millisecond
 )
 
 func run(ctx context.Context, out io.Writer) error {
@@ -138,8 +141,8 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 	}
 
-	fmt.Fprintf(out, "The service is back, but answers in 150ms: slower than a probe may take.\n")
-	svc.set(150 * time.Millisecond)
+	fmt.Fprintf(out, "The service is back, but answers in %v: slower than a probe may take.\n", sluggish)
+	svc.set(sluggish)
 	if err := callsUntil(breaker.Open); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 // timeouts, answered from the cache while open, stayed open when the probe's shorter
 // timeout ran out, and closed once probes answered in time.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if err := run(context.Background(), &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, &out)
@@ -18,14 +19,14 @@ func TestRun(t *testing.T) {
 	t.Logf("output:\n%s", &out)
 	inOrder(t, out.String(),
 		`answered "quote #1"`,
-		"failed (no answer within 300ms)",
+		"failed (no answer within 1s)",
 		"circuit closed → open: 4 of the last 8 calls failed",
 		`not called (circuit open): from the cache: "quote #4"`,
 		"circuit open → half_open",
-		"probe, with a 100ms timeout: no",
+		"probe, with a 500ms timeout: no",
 		"circuit half_open → open: the probe failed",
 		"circuit open → half_open",
-		"probe, with a 100ms timeout: answered",
+		"probe, with a 500ms timeout: answered",
 		"circuit half_open → closed: 2 probes in a row succeeded",
 		"Done:",
 	)
@@ -35,6 +36,7 @@ func TestRun(t *testing.T) {
 // it, and a transition to half-open before the probe it lets through: the fourth failure
 // comes before "4 of the last 8 calls failed", not after it.
 func TestNarrationOrder(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if err := run(context.Background(), &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, &out)
@@ -44,14 +46,14 @@ func TestNarrationOrder(t *testing.T) {
 	if n := count(lines[:opened], "  failed ("); n != 4 {
 		t.Errorf("%d failed calls printed before the circuit opened on 4 failures:\n%s", n, &out)
 	}
-	want(t, lines, opened-1, "  failed (no answer within 300ms)")
+	want(t, lines, opened-1, "  failed (no answer within 1s)")
 	reopened := find(t, lines, "circuit half_open → open: the probe failed")
-	want(t, lines, reopened-2, "  probe, with a 100ms timeout: no")
-	want(t, lines, reopened-1, "  failed (no answer within 100ms)")
-	want(t, lines, find(t, lines, "circuit open → half_open")+1, "  probe, with a 100ms timeout:")
+	want(t, lines, reopened-2, "  probe, with a 500ms timeout: no")
+	want(t, lines, reopened-1, "  failed (no answer within 500ms)")
+	want(t, lines, find(t, lines, "circuit open → half_open")+1, "  probe, with a 500ms timeout:")
 	closed := find(t, lines, "circuit half_open → closed: 2 probes in a row succeeded")
-	want(t, lines, closed-2, "  probe, with a 100ms timeout: answered")
-	want(t, lines, closed-1, "  probe, with a 100ms timeout: answered")
+	want(t, lines, closed-2, "  probe, with a 500ms timeout: answered")
+	want(t, lines, closed-1, "  probe, with a 500ms timeout: answered")
 	if t.Failed() {
 		t.Logf("output:\n%s", &out)
 	}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the single-node cluster's binaries from Go modules, once, into a cache shared by
+# Builds the cluster's binaries from Go modules, once, into a cache shared by
 # every checkout (docs/cluster.md), and prints the directory that holds all of them:
 #
 #   kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl
@@ -16,7 +16,8 @@
 set -euo pipefail
 # shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-export CGO_ENABLED=0
+# Each module is built on its own, outside the repository's workspace (go.work).
+export GOWORK=off CGO_ENABLED=0
 
 k8s_version="$(cd "${repo_root}/hack/tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 k8s_version="${k8s_version#v}"

@@ -1,25 +1,47 @@
 # shellcheck shell=bash disable=SC2154 # the variables are env.sh's and hack/cluster.sh's
-# config.sh: writes the configuration of one run of the cluster into STATE/conf
-# (sourced by hack/cluster.sh up, with env.sh's variables set and ${bin} the binaries).
-conf="${state}/conf"
-data="${state}/data"
-mkdir -p "${conf}/cni"
+# config.sh: defines write_node_config, which writes the configuration of node I of a
+# cluster of NODES nodes for one run into its conf directory (sourced by hack/cluster.sh
+# up, with env.sh's variables set and ${bin} the binaries).
 
-# Read by node.sh inside the namespaces.
-cat >"${conf}/node.env" <<EOF2
+# write_node_config I NODES
+write_node_config() {
+	local i=$1 nodes=$2 j
+	local conf data logs node_ip node_name pod_cidr role=worker routes=()
+	conf="${state}/conf$(node_subdir "${i}")"
+	data="${state}/data$(node_subdir "${i}")"
+	logs="${state}/logs$(node_subdir "${i}")"
+	node_ip=${node_ips[i]} node_name=${node_names[i]} pod_cidr=${node_pod_cidrs[i]}
+	((i != 0)) || role=control-plane
+	# Each other node's pods are reached through that node, over the link between them.
+	for ((j = 0; j < nodes; j++)); do
+		((j == i)) || routes+=("'${node_pod_cidrs[j]} via ${node_ips[j]}'")
+	done
+	mkdir -p "${conf}/cni" "${logs}"
+
+	# Read by node.sh inside the node's namespaces.
+	cat >"${conf}/node.env" <<EOF2
 bin='${bin}'
 goarch='${goarch}'
-node_ip='${node_ip}'
+role='${role}'
 node_name='${node_name}'
+node_ip='${node_ip}'
+api_server_ip='${node_ips[0]}'
+pod_cidr='${pod_cidr}'
+routes=(${routes[*]})
 service_cidr='${service_cidr}'
+state='${state}'
+conf='${conf}'
+data='${data}'
+logs='${logs}'
+kubelet_kubeconfig='${state}/kubelet-${node_name}.kubeconfig'
 pause_image='${pause_image}'
 pause_tar='${pause_tar}'
 cluster_t0='${cluster_t0}'
 EOF2
 
-# Every path containerd would otherwise take on the host is in the state directory, or
-# in /run, which is a private tmpfs in the cluster's mount namespace.
-cat >"${conf}/containerd.toml" <<EOF2
+	# Every path containerd would otherwise take on the host is in the state directory, or
+	# in /run, which is a private tmpfs in the node's mount namespace.
+	cat >"${conf}/containerd.toml" <<EOF2
 version = 3
 root = "${data}/containerd"
 state = "/run/containerd"
@@ -55,8 +77,9 @@ temp = "${data}/tmp"
     conf_dir = "${conf}/cni"
 EOF2
 
-# Pods: a bridge inside the namespace; the bridge is the pods' gateway.
-cat >"${conf}/cni/10-fusebox.conflist" <<EOF2
+	# Pods: a bridge inside the node's network namespace, the pods' gateway; each node
+	# allocates from its own range.
+	cat >"${conf}/cni/10-fusebox.conflist" <<EOF2
 {
   "cniVersion": "1.0.0",
   "name": "fusebox-pods",
@@ -78,26 +101,26 @@ cat >"${conf}/cni/10-fusebox.conflist" <<EOF2
 }
 EOF2
 
-# No DNS server runs in the cluster; pods reach Services by their ClusterIP (the
-# KUBERNETES_SERVICE_HOST variables). A name lookup fails at once: nothing answers on
-# a pod's own loopback address.
-echo "nameserver 127.0.0.1" >"${conf}/resolv.conf"
+	# No DNS server runs in the cluster; pods reach Services by their ClusterIP (the
+	# KUBERNETES_SERVICE_HOST variables). A name lookup fails at once: nothing answers on
+	# a pod's own loopback address.
+	echo "nameserver 127.0.0.1" >"${conf}/resolv.conf"
 
-cat >"${conf}/kubelet.yaml" <<EOF2
+	cat >"${conf}/kubelet.yaml" <<EOF2
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # CI machines of this kind run cgroup v1 (hybrid); the kubelet refuses it by default.
 failCgroupV1: false
 cgroupDriver: cgroupfs
-cgroupRoot: /${cgroup_root}
+cgroupRoot: /$(node_cgroup_root "${i}")
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 address: ${node_ip}
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-tlsCertFile: ${state}/pki/kubelet.crt
-tlsPrivateKeyFile: ${state}/pki/kubelet.key
+tlsCertFile: ${state}/pki/kubelet-${node_name}.crt
+tlsPrivateKeyFile: ${state}/pki/kubelet-${node_name}.key
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
@@ -125,14 +148,16 @@ fileCheckFrequency: 10s
 nodeStatusUpdateFrequency: 5s
 EOF2
 
-cat >"${conf}/kube-proxy.yaml" <<EOF2
+	cat >"${conf}/kube-proxy.yaml" <<EOF2
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
   kubeconfig: ${state}/kube-proxy.kubeconfig
 hostnameOverride: ${node_name}
 mode: iptables
-clusterCIDR: ${pod_cidr}
+# Every node's pods: a pod's call to a Service is the cluster's own traffic wherever the
+# pod runs, and is not masqueraded.
+clusterCIDR: ${cluster_pod_cidr}
 bindAddress: ${node_ip}
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
@@ -143,3 +168,4 @@ conntrack:
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
 EOF2
+}

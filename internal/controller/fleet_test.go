@@ -236,7 +236,7 @@ var _ = Describe("Fleet verdicts from BreakerReports", func() {
 		reports(ctx, ns, "only", entry("solo", "Open", "Tripped", time.Now(), 1))
 		Eventually(expectOpen(ctx, "solo", metav1.ConditionTrue)).Should(Succeed())
 		Eventually(func() []string { return eventNotes(ctx, ns, "solo", "CircuitOpened") }).Should(
-			ConsistOf(ContainSubstring("1 of 1 pods opened on their own evidence (quorum 0%): only")))
+			ConsistOf(ContainSubstring("1 of 1 pods opened on their own evidence (quorum 1 pod): only")))
 	})
 
 	It("opens with quorum 30% only once 3 of 10 pods earned an Open, and says how close it is", func(ctx SpecContext) {

@@ -245,9 +245,9 @@ func openedMessage(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 		for i := range openers {
 			pods[i] = podName(&openers[i]) + evidence(cb, openers[i])
 		}
-		return fmt.Sprintf("The fleet is open since %s: %d of %d pods opened on their own evidence (quorum %d%%): %s",
+		return fmt.Sprintf("The fleet is open since %s: %d of %d pods opened on their own evidence (quorum %s): %s",
 			openers[len(openers)-1].since.UTC().Format(time.RFC3339), len(d.openers), v.counts.Reporting,
-			int32Or(cb.Spec.FleetQuorumPercent, 0), joinLimited(pods)) + openPeriod(v.consecutiveOpens, v.openTimeout)
+			quorumText(cb), joinLimited(pods)) + openPeriod(v.consecutiveOpens, v.openTimeout)
 	}
 	m := v.opener
 	if m == nil {
@@ -284,8 +284,18 @@ func fleetHalfOpen(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string 
 
 // fleetProgress says how close a Fleet breaker that is not open is to its quorum.
 func fleetProgress(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) string {
-	return fmt.Sprintf("%d of %d pods open on their own evidence, quorum %d%% needs %d",
-		len(v.fleet.openers), v.counts.Reporting, int32Or(cb.Spec.FleetQuorumPercent, 0), v.fleet.need)
+	return fmt.Sprintf("%d of %d pods open on their own evidence, quorum %s needs %d",
+		len(v.fleet.openers), v.counts.Reporting, quorumText(cb), v.fleet.need)
+}
+
+// quorumText is spec.fleetQuorumPercent as kubectl fusebox spells it: "1 pod" for 0, the
+// one pod that opens the fleet, rather than a "0%" that reads as no pod at all.
+func quorumText(cb *resiliencev1alpha1.CircuitBreaker) string {
+	q := int32Or(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent)
+	if q == 0 {
+		return "1 pod"
+	}
+	return fmt.Sprintf("%d%%", q)
 }
 
 // evidence says what in the member's calls opened its circuit: the failure rate or the

@@ -328,7 +328,7 @@ func TestConditionMessages(t *testing.T) {
 			metav1.ConditionTrue, "AllMembersApplied", "All 1 pods run generation 1"},
 		{"Fleet: a slow-call trip and the verdict's backed-off period", slowFleet,
 			[]member{backedOff(2, 2*time.Second, slowly(at("x", open, failed, 5*s))), backedOff(1, time.Second, at("y", open, adopted, 1*s))},
-			metav1.ConditionTrue, "CircuitOpen", "The fleet is open since 2026-11-29T12:00:05Z: 1 of 2 pods opened on their own evidence (quorum 0%): x: slow-call rate 85% of 20 calls (slow: 250ms or longer). Open for 2s, the 2nd consecutive open",
+			metav1.ConditionTrue, "CircuitOpen", "The fleet is open since 2026-11-29T12:00:05Z: 1 of 2 pods opened on their own evidence (quorum 1 pod): x: slow-call rate 85% of 20 calls (slow: 250ms or longer). Open for 2s, the 2nd consecutive open",
 			metav1.ConditionTrue, "AllMembersApplied", "All 2 pods run generation 1"},
 		{"half-open", podScope, []member{at("a", halfOpen, timedOut, 0)},
 			metav1.ConditionFalse, "CircuitHalfOpen", "Probing whether the dependency is back",

@@ -13,6 +13,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 func TestRenderEveryField(t *testing.T) {
@@ -303,7 +304,7 @@ func TestRenderSlowCallsAndBackoff(t *testing.T) {
 	if !reflect.DeepEqual(back, c) {
 		t.Errorf("round trip: got %+v, want %+v", back, c)
 	}
-	p, err := back.Policy()
+	p, err := kube.PolicyOf(back)
 	if err != nil || p.SlowCallDuration != 1500*time.Millisecond || p.SlowCallRatio != 0.8 || p.MaxOpenTimeout != 5*time.Minute {
 		t.Errorf("policy %+v, %v", p, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // quietCalls is how many calls quietRejection makes: the share it refuses varies around
@@ -34,13 +35,13 @@ func quietRejection(g Gomega, ctx context.Context, ns, name string) float64 {
 	g.Expect(k8sClient.Get(ctx, configMapKey(ns), &cm)).To(Succeed())
 	c, err := breakerconfig.Parse([]byte(cm.Data[breakerconfig.Key(name)]))
 	g.Expect(err).NotTo(HaveOccurred())
-	p, err := c.Policy()
+	p, err := kube.PolicyOf(c)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.Fleet).NotTo(BeNil())
 	clk := breakertest.NewClock(time.Unix(1_000_000, 0))
 	b, err := breaker.New(name, p, breaker.WithClock(clk))
 	g.Expect(err).NotTo(HaveOccurred())
-	b.SetFleet(c.Fleet.Breaker())
+	b.SetFleet(breaker.Fleet{Pods: c.Fleet.Pods, Requests: c.Fleet.Requests, Accepts: c.Fleet.Accepts})
 	refused := 0
 	for range quietCalls {
 		err := b.Execute(ctx, func(context.Context) error { return nil })

@@ -14,6 +14,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // The wire format of the fleet policies (docs/design.md §4): k a JSON number, and the
@@ -65,7 +66,7 @@ func TestRenderTheFleetPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the pods refuse what the operator renders: %v", err)
 	}
-	p, err := back.Policy()
+	p, err := kube.PolicyOf(back)
 	if err != nil || p.RetryBudget == nil || *p.RetryBudget != (struct{ Percent, MinPerSecond int }{25, 40}) || p.Throttle == nil || p.Throttle.K != 1.5 {
 		t.Errorf("policy read back: %+v, %v", p, err)
 	}

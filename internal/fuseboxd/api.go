@@ -17,6 +17,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // answer is one response of the API, whichever server writes it.
@@ -207,7 +208,7 @@ func (s *Server) describe(name string) answer {
 		return refused
 	}
 	cfg, _ := s.published(name)
-	pub := breakerconfig.FromPolicy(name, cfg.Generation, b.Policy(), cfg.Scope)
+	pub := kube.ConfigOf(name, cfg.Generation, b.Policy(), cfg.Scope)
 	if pub.Scope == "" {
 		pub.Scope = breakerconfig.ScopePod
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fusebox-dev/fusebox/internal/fuseboxd"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // TestBadInputChangesNothing: garbage, oversized bodies, unknown outcomes and paths, and a
@@ -77,7 +78,7 @@ func TestUnpublishedNameGetsDefaultPolicy(t *testing.T) {
 		t.Errorf("default lease = %d ms, want the open timeout", a.LeaseMs)
 	}
 	got := d.describe("inventory")
-	want := breakerconfig.FromPolicy("inventory", 0, breaker.DefaultPolicy(), breakerconfig.ScopePod)
+	want := kube.ConfigOf("inventory", 0, breaker.DefaultPolicy(), breakerconfig.ScopePod)
 	if got.Generation != 0 || got.Policy["openTimeout"] != time.Duration(want.OpenTimeout).String() || got.Policy["minimumThroughput"] != float64(want.MinimumThroughput) || got.Mode != "Enforce" {
 		t.Fatalf("unpublished breaker: %+v, want the default policy %+v", got, want)
 	}

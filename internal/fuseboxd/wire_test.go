@@ -2,6 +2,7 @@ package fuseboxd_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -180,12 +181,12 @@ func TestShutdownClosesKeptAliveConnections(t *testing.T) {
 		t.Fatalf("chunked acquire: %v %v", resp, err)
 	}
 
-	start := time.Now()
-	if err := d.srv.Shutdown(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("Shutdown took %v with only idle connections", took)
+	// A Shutdown that waited for the idle connections to go would wait for its context:
+	// this one gives up after a bound no busy machine comes near, and says why.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := d.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with only idle connections: %v", err)
 	}
 	for name, conn := range map[string]net.Conn{"served by hand": lean.conn, "handed to net/http": chunked} {
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))

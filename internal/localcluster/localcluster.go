@@ -1,11 +1,12 @@
 // Package localcluster runs a local Kubernetes control plane (the envtest
-// kube-apiserver and etcd) with Fusebox's CRDs installed, for `make run` and
-// `make demo` on a machine without a cluster.
+// kube-apiserver and etcd) with Fusebox's CRDs installed, for `make run` on a machine
+// without a cluster, and holds the directory of a local run for that run alone.
 package localcluster
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,6 +50,9 @@ func start(repoRoot, kubeconfigPath string, webhooks bool) (*Cluster, error) {
 	if webhooks {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			Paths: []string{filepath.Join(repoRoot, "config", "webhook", "manifests.yaml")},
+			// Loopback only, as the API server and etcd listen: nothing of a local run is
+			// for other machines to reach.
+			LocalServingHost: "127.0.0.1",
 		}
 	}
 	cfg, err := env.Start()
@@ -103,6 +107,33 @@ func (c *Cluster) WebhookArgs() []string {
 		"--webhook-port=" + strconv.Itoa(o.LocalServingPort),
 		"--webhook-cert-dir=" + o.LocalServingCertDir,
 	}
+}
+
+// ManagerArgs are the flags of a manager run against the cluster: the webhooks of
+// WebhookArgs, and metrics and health probes on free loopback ports, returned as metrics
+// and probes (host:port). Never the manager's usual :8080 and :8081: another local run, or
+// anything else, may hold them, and kubectl without a kubeconfig asks localhost:8080.
+func (c *Cluster) ManagerArgs() (args []string, metrics, probes string, err error) {
+	if metrics, err = freeLoopbackAddress(); err != nil {
+		return nil, "", "", err
+	}
+	if probes, err = freeLoopbackAddress(); err != nil {
+		return nil, "", "", err
+	}
+	args = append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}, c.WebhookArgs()...)
+	return args, metrics, probes, nil
+}
+
+// freeLoopbackAddress is a 127.0.0.1 port nothing listens on now. Another process could
+// take it before the manager does; the manager then says so and exits, and localcluster
+// with it.
+func freeLoopbackAddress() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // Stop stops the control plane; everything in it is gone.

@@ -65,7 +65,7 @@ func writeConfigMap(t *testing.T, ns string, docs map[string]breaker.Policy, gen
 	t.Helper()
 	data := map[string]string{}
 	for name, p := range docs {
-		doc, err := breakerconfig.Marshal(breakerconfig.FromPolicy(name, gen, p, breakerconfig.ScopePod))
+		doc, err := breakerconfig.Marshal(kube.ConfigOf(name, gen, p, breakerconfig.ScopePod))
 		must(t, err)
 		data[breakerconfig.Key(name)] = string(doc)
 	}

@@ -180,6 +180,27 @@ func TestDashboardInChromium(t *testing.T) {
 	if timeline := text(`#timeline`); !strings.Contains(timeline, "checkout-1") {
 		t.Errorf("timeline does not name the pod that tripped: %q", timeline)
 	}
+	// Issue 35: why it is open, and each pod, on the card; the timeline's times in UTC,
+	// as the messages beside them write theirs; names wrapped between words.
+	if why := text(card("payments-api") + ` [data-role="why"]`); !strings.Contains(why, "Pod checkout-1 opened the circuit") {
+		t.Errorf("payments-api's card says why %q, want the Open condition's message", why)
+	}
+	if members := text(card("payments-api") + ` [data-role="members"]`); !strings.Contains(members, "checkout-0") || !strings.Contains(members, "checkout-2") {
+		t.Errorf("payments-api's card lists pods %q", members)
+	}
+	if open := property(card("payments-api")+` [data-role="members"] li[data-state="Open"]`, "innerText"); open != "checkout-1" {
+		t.Errorf("the open pod on payments-api's card: %q, want checkout-1", open)
+	}
+	if when := text(`#timeline li[data-reason="CircuitOpened"] .when`); !regexp.MustCompile(`^\d\d:\d\d:\d\dZ · `).MatchString(when) {
+		t.Errorf("timeline time %q, want UTC as hh:mm:ssZ", when)
+	}
+	wrap, err := chromedp.Run(within, chromedp.Evaluate[string](`(() => { const s = getComputedStyle(document.querySelector("article.card h2")); return s.overflowWrap + " " + s.wordBreak; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrap != "anywhere normal" {
+		t.Errorf("breaker names wrap as %q, want anywhere normal (between words first)", wrap)
+	}
 
 	// A reconnect (the server's or the network's) starts from a full snapshot.
 	if err := chromedp.Do(within, chromedp.Reload()); err != nil {

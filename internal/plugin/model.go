@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
@@ -28,8 +30,20 @@ type Breaker struct {
 	ConsecutiveOpens int32     `json:"consecutiveOpens,omitempty"`
 	OpenTimeout      string    `json:"openTimeout,omitempty"`
 	// Traffic is the fleet's traffic, for a breaker with a retry budget or throttling.
-	Traffic *Traffic  `json:"traffic,omitempty"`
+	Traffic *Traffic `json:"traffic,omitempty"`
+	// Why is the Open condition's message while the circuit is not closed: who opened it
+	// and on what evidence, or why a Fleet breaker is half-open with no pod probing (its
+	// openers are short of the quorum, or its pods follow the probes that closed it).
+	Why string `json:"why,omitempty"`
+	// Members are status.members: the most relevant pods and each one's state.
+	Members []Member  `json:"members,omitempty"`
 	Created time.Time `json:"created"`
+}
+
+// Member is one pod of status.members.
+type Member struct {
+	Pod   string `json:"pod"`
+	State string `json:"state"`
 }
 
 // Traffic is status.traffic and the policies it is measured against: the fleet's retry
@@ -91,6 +105,13 @@ func breakerView(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) Breaker {
 		b.Pods = Pods{Reporting: c.Reporting, Open: c.Open, HalfOpen: c.HalfOpen, Closed: c.Closed, OnLatestConfig: c.OnLatestConfig}
 	}
 	b.Traffic = trafficView(cb)
+	if c := meta.FindStatusCondition(cb.Status.Conditions, resiliencev1alpha1.ConditionOpen); c != nil &&
+		c.Status != metav1.ConditionUnknown && cb.Status.State != "" && cb.Status.State != resiliencev1alpha1.StateClosed {
+		b.Why = c.Message
+	}
+	for _, m := range cb.Status.Members {
+		b.Members = append(b.Members, Member{Pod: m.Pod, State: string(m.State)})
+	}
 	if o := cb.Spec.Override; o != nil {
 		b.Override = &Override{
 			Mode:   string(o.Mode),

@@ -173,6 +173,9 @@ func writeDetail(out io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Tran
 	fmt.Fprintf(w, "Name:\t%s\n", b.Name)
 	fmt.Fprintf(w, "Namespace:\t%s\n", b.Namespace)
 	fmt.Fprintf(w, "State:\t%s\n", stateText(b.State))
+	if b.Why != "" {
+		fmt.Fprintf(w, "Why:\t%s\n", b.Why)
+	}
 	mode := b.Mode
 	if b.Override != nil && b.Override.Active {
 		mode += fmt.Sprintf(" (override; spec.mode %s)", b.SpecMode)

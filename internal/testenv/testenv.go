@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -44,9 +45,19 @@ func New(repoRoot string) (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &envtest.Environment{
+	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: dir,
-	}, nil
+	}
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		// envtest gives kube-apiserver and etcd 20 s each to come up, which a machine
+		// shared with other builds does not always give them (seen at a load average of
+		// 22 on two cores); starting returns as soon as they answer.
+		env.ControlPlaneStartTimeout = startTimeout
+	}
+	return env, nil
 }
+
+// startTimeout is how long each process of the control plane may take to start.
+const startTimeout = 2 * time.Minute

@@ -1,6 +1,6 @@
 // Package testutil holds the helpers the operator module's tests share: waiting
-// for a condition the system reaches in its own time, and a buffer a running
-// command writes while the test reads it.
+// for a condition the system reaches in its own time, a buffer a running command
+// writes while the test reads it, and a record of the API server's warnings.
 //
 // It belongs to the root module, so the library's modules (pkg/breaker and its
 // adapters) cannot import it: they would have to require the operator's module,
@@ -57,4 +57,30 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Warnings records the warnings (HTTP 299) the API server returns to a client: make it
+// the WarningHandler of the client's rest.Config. Safe for concurrent use.
+type Warnings struct {
+	mu   sync.Mutex
+	msgs []string // guarded by mu
+}
+
+// HandleWarningHeader implements client-go's rest.WarningHandler.
+func (w *Warnings) HandleWarningHeader(code int, _, text string) {
+	if code != 299 || text == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, text)
+}
+
+// Take returns the warnings so far and forgets them.
+func (w *Warnings) Take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	msgs := w.msgs
+	w.msgs = nil
+	return msgs
 }

@@ -40,7 +40,7 @@ type period struct {
 	// done funcs handed out by Allow, built once per period so that Allow allocates nothing.
 	doneRecorded func(error)
 	doneIgnored  func(error)
-	beyond       // the retry budget and adaptive throttling (throttle.go)
+	tallied      // the retry budget and adaptive throttling (throttle.go)
 }
 
 func (p *period) finishRecorded(err error) { p.b.finish(ticket{p, true}, err, false, 0) }
@@ -65,7 +65,7 @@ func (b *Breaker) publish() {
 		p.slow = int64(d)
 		p.exact = b.clock == nil && d < coarseEnough
 	}
-	b.publishBeyond(p)
+	b.publishTallied(p)
 	switch {
 	case observed:
 		p.admit = admitSlow

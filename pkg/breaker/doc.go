@@ -23,7 +23,7 @@
 // [Breaker.Adopt], off the call path. A [Registry] holds named breakers and hot-reloads their
 // policies.
 //
-// Beyond on and off, a policy may budget retries ([Policy.RetryBudget]: [Retry] and
+// Besides opening and closing, a policy may budget retries ([Policy.RetryBudget]: [Retry] and
 // [Breaker.AllowRetry] retry only while retries stay a share of first attempts plus a
 // fleet-wide floor) and throttle adaptively ([Policy.Throttle]: a closed breaker refuses
 // locally the share of calls its dependency has been turning away). Both count on a

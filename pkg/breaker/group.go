@@ -17,8 +17,8 @@ import (
 // while leaving room for a service's hosts, routes or busiest tenants.
 const defaultMaxKeys = 1024
 
-// SummaryWorstKeys bounds [GroupSummary.Worst]; it equals breakerconfig.MaxWorstKeys,
-// which the report carries.
+// SummaryWorstKeys bounds [GroupSummary.Worst]. A pod's report carries that many keys
+// (pkg/breaker/kube holds the two bounds together).
 const SummaryWorstKeys = 5
 
 // keySeparator joins a Group's name and a key into the name of the key's breaker:

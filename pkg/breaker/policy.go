@@ -174,7 +174,7 @@ func (p Policy) Validate() error {
 	if err := p.Mode.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, p.validateBeyond()...)
+	errs = append(errs, p.validateBudgetAndThrottle()...)
 	if d := p.withDefaults(); p.MaxOpenTimeout > 0 && d.OpenTimeout > 0 && p.MaxOpenTimeout < d.OpenTimeout {
 		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + d.OpenTimeout.String() + ")"})
 	}

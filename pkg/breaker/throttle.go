@@ -7,9 +7,9 @@ import "math/rand/v2"
 // dependency that rejects much of what it is sent sees less of it long before the failure
 // rate opens the circuit. The decision reads the tally (tally.go) without the lock.
 
-// beyond is what the call path needs about the retry budget and adaptive throttling; it is
+// tallied is what the call path needs about the retry budget and adaptive throttling; it is
 // part of every period (admit.go).
-type beyond struct {
+type tallied struct {
 	// tally counts calls while closed with a budget or throttling configured; nil
 	// otherwise, when the call path does not count at all.
 	tally *tally
@@ -29,8 +29,8 @@ type beyond struct {
 	retryRefusal error
 }
 
-// publishBeyond fills p's beyond for publish. Caller holds mu.
-func (b *Breaker) publishBeyond(p *period) {
+// publishTallied fills p's tallied for publish. Caller holds mu.
+func (b *Breaker) publishTallied(p *period) {
 	pol := &b.policy
 	if b.state == Closed {
 		p.tally = b.tally

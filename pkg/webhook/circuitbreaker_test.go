@@ -54,13 +54,13 @@ var _ = Describe("CircuitBreaker admission", func() {
 			cl, w := warningClient()
 			cb := newBreaker(ns, spec, annotations)
 			Expect(cl.Create(ctx, cb)).To(Succeed())
-			Expect(w.take()).To(Equal(want))
+			Expect(w.Take()).To(Equal(want))
 
 			// The same warnings on an update that keeps the settings.
 			patch := client.MergeFrom(cb.DeepCopy())
 			cb.Labels = map[string]string{"touched": "yes"}
 			Expect(cl.Patch(ctx, cb, patch)).To(Succeed())
-			Expect(w.take()).To(Equal(want))
+			Expect(w.Take()).To(Equal(want))
 		},
 		Entry("none for the defaults", resiliencev1alpha1.CircuitBreakerSpec{}, nil, nil),
 		Entry("minimumThroughput 2", resiliencev1alpha1.CircuitBreakerSpec{MinimumThroughput: ptr.To[int32](2)}, nil, []string{
@@ -96,11 +96,11 @@ var _ = Describe("CircuitBreaker admission", func() {
 		cl, w := warningClient()
 		cb := newBreaker(ns, resiliencev1alpha1.CircuitBreakerSpec{}, nil)
 		Expect(cl.Create(ctx, cb)).To(Succeed())
-		Expect(w.take()).To(BeEmpty())
+		Expect(w.Take()).To(BeEmpty())
 		patch := client.MergeFrom(cb.DeepCopy())
 		cb.Spec.Mode = resiliencev1alpha1.ModeForcedOpen
 		Expect(cl.Patch(ctx, cb, patch)).To(Succeed())
-		Expect(w.take()).To(ConsistOf(ContainSubstring("spec.mode is ForcedOpen but the annotations")))
+		Expect(w.Take()).To(ConsistOf(ContainSubstring("spec.mode is ForcedOpen but the annotations")))
 	})
 
 	DescribeTable("leaves durations finer than a millisecond to the schema, which names the field",

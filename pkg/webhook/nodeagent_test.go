@@ -122,7 +122,7 @@ var _ = Describe("Node agent wiring", func() {
 		p := pod(ns, nodeAgentOptIn, corev1.Container{Name: "app", Image: "app"}, corev1.Container{Name: "worker", Image: "worker"})
 		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "migrate"}, {Name: "proxy", Image: "proxy", RestartPolicy: &always}}
 		Expect(cl.Create(ctx, p)).To(Succeed())
-		Expect(w.take()).To(BeEmpty())
+		Expect(w.Take()).To(BeEmpty())
 		tokenVolume(Default, p)
 		for _, c := range []corev1.Container{p.Spec.Containers[0], p.Spec.Containers[1], p.Spec.InitContainers[1]} {
 			Expect(wiredToAgent(c, url)).To(BeEmpty(), "container %s: %+v", c.Name, c)
@@ -176,7 +176,7 @@ var _ = Describe("Node agent wiring", func() {
 		p := pod(ns, nodeAgentOptIn)
 		p.Spec.ServiceAccountName = ""
 		Expect(cl.Create(ctx, p)).To(Succeed())
-		Expect(w.take()).To(Equal([]string{"fusebox: the pod has no serviceAccountName, which its token for the node agent needs, so it is not wired to the agent"}))
+		Expect(w.Take()).To(Equal([]string{"fusebox: the pod has no serviceAccountName, which its token for the node agent needs, so it is not wired to the agent"}))
 		Expect(p.Spec.Volumes).To(BeEmpty())
 		Expect(p.Spec.Containers[0].Env).To(BeEmpty())
 	})
@@ -237,7 +237,7 @@ var _ = Describe("The node agent's address", Serial, func() {
 		admitted := func(g Gomega) (string, []string) {
 			p := pod(ns, nodeAgentOptIn)
 			g.Expect(cl.Create(ctx, p, client.DryRunAll)).To(Succeed())
-			warns := w.take()
+			warns := w.Take()
 			for _, e := range p.Spec.Containers[0].Env {
 				if e.Name == breakerconfig.EnvNodeAgent {
 					return e.Value, warns

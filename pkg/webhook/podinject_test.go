@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
@@ -68,14 +69,14 @@ func hasVolume(p *corev1.Pod) bool {
 // readmit admits p again: a server-side dry-run create of the same pod under
 // another name, as the API server would admit a re-created pod. It returns what
 // admission made of it, and the warnings.
-func readmit(cl client.Client, w *warnings, p *corev1.Pod) (*corev1.Pod, []string) {
+func readmit(cl client.Client, w *testutil.Warnings, p *corev1.Pod) (*corev1.Pod, []string) {
 	GinkgoHelper()
 	again := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name + "-again", Namespace: p.Namespace, Annotations: p.Annotations},
 		Spec:       *p.Spec.DeepCopy(),
 	}
 	Expect(cl.Create(context.Background(), again, client.DryRunAll)).To(Succeed())
-	return again, w.take()
+	return again, w.Take()
 }
 
 // sameSpec says whether admission left the pod's spec as it was.
@@ -101,7 +102,7 @@ var _ = Describe("Pod injection", func() {
 			{Name: "sidecar", Image: "sidecar", RestartPolicy: &always},
 		}
 		Expect(cl.Create(ctx, p)).To(Succeed())
-		Expect(w.take()).To(BeEmpty())
+		Expect(w.Take()).To(BeEmpty())
 		Expect(hasVolume(p)).To(BeTrue(), "volumes %+v", p.Spec.Volumes)
 		Expect(injected(p.Spec.Containers[0])).To(BeTrue(), "app %+v", p.Spec.Containers[0])
 		Expect(injected(p.Spec.Containers[1])).To(BeTrue(), "proxy %+v", p.Spec.Containers[1])
@@ -121,7 +122,7 @@ var _ = Describe("Pod injection", func() {
 		p.Labels = map[string]string{"touched": "yes"}
 		before := p.DeepCopy()
 		Expect(cl.Patch(ctx, p, patch)).To(Succeed())
-		Expect(w.take()).To(BeEmpty())
+		Expect(w.Take()).To(BeEmpty())
 		Expect(sameSpec(p, before)).To(BeTrue())
 	})
 
@@ -137,7 +138,7 @@ var _ = Describe("Pod injection", func() {
 		cl, w := warningClient()
 		p := pod(ns, map[string]string{resiliencev1alpha1.AnnotationInject: "yes"})
 		Expect(cl.Create(ctx, p)).To(Succeed())
-		Expect(w.take()).To(Equal([]string{`fusebox: annotation fusebox.dev/inject is "yes"; only "true" injects the breaker configuration, so nothing was injected`}))
+		Expect(w.Take()).To(Equal([]string{`fusebox: annotation fusebox.dev/inject is "yes"; only "true" injects the breaker configuration, so nothing was injected`}))
 		Expect(p.Spec.Volumes).To(BeEmpty())
 	})
 
@@ -157,7 +158,7 @@ var _ = Describe("Pod injection", func() {
 			`fusebox: container "worker": kept its own volume mount at /etc/fusebox (volume "scratch")`,
 		}
 		Expect(cl.Create(ctx, p)).To(Succeed())
-		Expect(w.take()).To(Equal(want))
+		Expect(w.Take()).To(Equal(want))
 
 		Expect(p.Spec.Volumes[1].EmptyDir).NotTo(BeNil(), "the pod's own volume was replaced")
 		app, worker := p.Spec.Containers[0], p.Spec.Containers[1]
@@ -243,7 +244,7 @@ var _ = Describe("Pod injection", func() {
 		policy := breaker.Policy{OpenTimeout: time.Hour, Window: 10 * time.Second, FailureRatio: 0.5,
 			MinimumThroughput: 2, SuccessThreshold: 1, HalfOpenPermittedCalls: 1, Mode: breaker.ModeEnforce,
 			SlowCallRatio: 1} // what a config without slow-call judging reads as (DefaultPolicy's)
-		doc, err := breakerconfig.Marshal(breakerconfig.FromPolicy("payments", 1, policy, breakerconfig.ScopePod))
+		doc, err := breakerconfig.Marshal(kube.ConfigOf("payments", 1, policy, breakerconfig.ScopePod))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8sClient.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: breakerconfig.ConfigMapName, Namespace: ns},

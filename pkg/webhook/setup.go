@@ -140,7 +140,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		}
 		return fmt.Errorf("want off, external or self-signed")
 	})
-	fs.StringVar(&o.Host, "webhook-host", o.Host, "Address the webhook server binds to (default: all).")
+	fs.StringVar(&o.Host, "webhook-host", o.Host, "Address the webhook server binds to; empty for every interface.")
 	fs.IntVar(&o.Port, "webhook-port", o.Port, "Port the webhook server listens on.")
 	fs.StringVar(&o.CertDir, "webhook-cert-dir", o.CertDir, "Directory of the webhook server's tls.crt and tls.key.")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", o.EnableHTTP2, "Let the webhook server negotiate HTTP/2 (off: HTTP/1.1 only, against HTTP/2's stream-handling denial-of-service bugs).")

@@ -21,7 +21,7 @@ var _ = Describe("Sidecar injection", func() {
 		p := pod(ns, map[string]string{podinject.SidecarAnnotation: "true"},
 			corev1.Container{Name: "php-fpm", Image: "php"}, corev1.Container{Name: "nginx", Image: "nginx"})
 		Expect(cl.Create(context.Background(), p)).To(Succeed())
-		Expect(w.take()).To(BeEmpty())
+		Expect(w.Take()).To(BeEmpty())
 
 		Expect(p.Spec.InitContainers).To(HaveLen(1))
 		sc := p.Spec.InitContainers[0]

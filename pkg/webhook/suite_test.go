@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -25,6 +26,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/webhook"
 )
 
@@ -40,6 +42,9 @@ var (
 
 func TestWebhooks(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// The machines that run this suite are shared and loaded: an Eventually without a
+	// timeout of its own waits a minute, not Gomega's 1 s, and returns as soon as it holds.
+	SetDefaultEventuallyTimeout(time.Minute)
 	RunSpecs(t, "Webhook Suite")
 }
 
@@ -121,33 +126,9 @@ func newNamespace() string {
 	return ns.Name
 }
 
-// warnings records the warnings the API server returns to one client.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) HandleWarningHeader(code int, _ string, text string) {
-	if code != 299 || text == "" {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, text)
-}
-
-// take returns the warnings so far and forgets them.
-func (w *warnings) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	msgs := w.msgs
-	w.msgs = nil
-	return msgs
-}
-
 // warningClient returns a direct client whose warnings are recorded.
-func warningClient() (client.Client, *warnings) {
-	w := &warnings{}
+func warningClient() (client.Client, *testutil.Warnings) {
+	w := &testutil.Warnings{}
 	c := rest.CopyConfig(cfg)
 	c.WarningHandler = w
 	cl, err := client.New(c, client.Options{Scheme: scheme})

@@ -1,19 +1,27 @@
 package cluster
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 )
 
 // One install, one example application, in the order a user meets them: each spec leaves
-// the cluster as the next one expects it (the operator installed, then scaled, upgraded
-// and finally uninstalled). A failed spec does not stop the rest, which say what else
-// works.
+// the cluster as the next one expects it (the nodes' network first, then the operator
+// installed, scaled, given its node agents, upgraded and uninstalled, then deployed the
+// other way, with kustomize, and undeployed, and a node deleted). A failed spec does not
+// stop the rest, which say what else works.
 var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cluster"), func() {
 	BeforeAll(func() {
 		connect()
 		noteNetworkNamespace()
 	})
+	// What the node agent's specs made outlives them, for the spec of a deleted node.
+	AfterAll(func(ctx SpecContext) {
+		deleteSuiteNamespaces(ctx, agentNamespace, restrictedNamespace)
+	}, NodeTimeout(time.Minute))
 
+	Describe("two nodes", Ordered, twoNodes, networkSpecs)
 	Describe("installed from its chart", installSpecs)
 	Describe("the example application", exampleSpecs)
 	Describe("the fuseboxd sidecar", sidecarSpecs)
@@ -21,5 +29,9 @@ var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cl
 	Describe("config propagation", propagationSpecs)
 	Describe(rolloutsContainer, Ordered, rolloutSpecs)
 	Describe("leader election", failoverSpecs)
+	Describe("the node agent on two nodes", Ordered, twoNodes, nodeAgentSpecs)
 	Describe("upgrade and uninstall", upgradeSpecs)
+	Describe("installed with make deploy", deploySpecs)
+	// Last: the second node's pods go with it.
+	Describe("a node deleted from the API", twoNodes, nodeGoneSpecs)
 })

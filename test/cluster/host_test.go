@@ -96,6 +96,11 @@ func snapshotHost() (*hostState, error) {
 	return s, nil
 }
 
+// The cgroups a node's parts make: the kubelets' parent (hack/cluster/env.sh's
+// fusebox-cluster-<hash>, with every node's inside it), and the names a kubelet or
+// containerd uses when nothing tells it otherwise.
+var nodeCgroup = regexp.MustCompile(`/(fusebox-cluster-[0-9a-f]+|kubepods[^/]*|k8s\.io|containerd|kubelet[^/]*)(/|$)`)
+
 // iptables-save's packet and byte counters, which change on their own.
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 
@@ -183,6 +188,12 @@ func leftovers(before, after *hostState, stateDir string) []string {
 		out = append(out, "file: "+f)
 	}
 	for _, c := range added(before.Cgroups, after.Cgroups) {
+		if !nodeCgroup.MatchString(c) {
+			// The machine is shared: whoever else runs here makes cgroups of their own
+			// while the suite runs.
+			fmt.Fprintf(GinkgoWriter, "new since the snapshot, not a node's: %s\n", c)
+			continue
+		}
 		out = append(out, "cgroup: "+c)
 	}
 	for _, l := range added(before.Links, after.Links) {
@@ -201,11 +212,12 @@ func debianPackage(path string) string {
 	return owner
 }
 
-// clusterProcesses are the live processes that are the cluster's: in the network
-// namespace the suite ran in, started with the cluster's state directory on their command
-// line, or in the kubelet's cgroups. Other processes of this shared machine, envtest's
-// etcd and kube-apiserver among them, are not.
-func clusterProcesses(netns, stateDir string) []string {
+// clusterProcesses are the live processes that are the cluster's: in one of namespaces
+// (every node's, and the network namespace the suite ran in: "net:[4026532...]" and the
+// like, as readlink names them), started with the cluster's state directory on their
+// command line, or in the kubelets' cgroups. Other processes of this shared machine,
+// envtest's etcd and kube-apiserver among them, are not.
+func clusterProcesses(namespaces []string, stateDir string) []string {
 	entries, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range entries {
@@ -213,13 +225,49 @@ func clusterProcesses(netns, stateDir string) []string {
 			continue
 		}
 		dir := filepath.Join("/proc", e.Name())
-		ns, _ := os.Readlink(filepath.Join(dir, "ns", "net"))
+		in := ""
+		for _, kind := range []string{"pid", "net", "mnt"} {
+			if ns, _ := os.Readlink(filepath.Join(dir, "ns", kind)); ns != "" && slices.Contains(namespaces, ns) {
+				in = ns
+				break
+			}
+		}
 		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
 		cgroups, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
 		cmd := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
-		if (netns != "" && ns == netns) || (stateDir != "" && strings.Contains(cmd, stateDir+"/")) ||
+		if in != "" || (stateDir != "" && strings.Contains(cmd, stateDir+"/")) ||
 			strings.Contains(string(cgroups), "/kubepods") {
-			out = append(out, fmt.Sprintf("process %s (%s): %s", e.Name(), ns, cmd))
+			out = append(out, fmt.Sprintf("process %s (%s): %s", e.Name(), in, cmd))
+		}
+	}
+	return out
+}
+
+// nodeNamespaces are the namespaces of every node of the last run, as hack/cluster.sh up
+// notes them in the state directory (three per node: pid, net, mnt).
+func nodeNamespaces(stateDir string) []string {
+	if stateDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, "namespaces"))
+	if err != nil {
+		return nil
+	}
+	// This machine's own namespaces are never the cluster's, whatever a broken run noted.
+	var out []string
+	for _, ns := range strings.Fields(string(b)) {
+		if !slices.Contains(ownNamespaces(), ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+func ownNamespaces() []string {
+	var out []string
+	for _, kind := range []string{"pid", "net", "mnt"} {
+		if ns, err := os.Readlink("/proc/self/ns/" + kind); err == nil {
+			out = append(out, ns)
 		}
 	}
 	return out
@@ -260,7 +308,14 @@ var _ = Describe("The host after `hack/cluster.sh down`", Label("host"), func() 
 		if self, _ := os.Readlink("/proc/self/ns/net"); self == string(netns) {
 			Fail("this spec runs in the cluster's network namespace: run it on the host, after `hack/cluster.sh down`")
 		}
-		left = append(left, clusterProcesses(string(netns), *clusterState)...)
+		namespaces := nodeNamespaces(*clusterState)
+		if *nodeCount > 0 {
+			Expect(namespaces).To(HaveLen(3*(*nodeCount)), "the namespaces of %d node(s) in %s/namespaces: the processes of each are looked for", *nodeCount, *clusterState)
+		}
+		if len(netns) > 0 {
+			namespaces = append(namespaces, string(netns))
+		}
+		left = append(left, clusterProcesses(namespaces, *clusterState)...)
 		Expect(left).To(BeEmpty(), "left on the host after `hack/cluster.sh down`")
 	})
 })

@@ -14,17 +14,20 @@ import (
 )
 
 // The bounds the specs hold the two config sources to. The API source is a watch: the
-// operator publishes, each pod's watch delivers, each pod reports. The volume source waits
-// for the kubelet to rewrite the volume, which it does on its periodic resync of the pod
-// (syncFrequency, 1 minute by default, plus jitter) and not when the ConfigMap changes;
-// hack/cluster's kubelet resyncs more often, and the bound covers the default too.
+// operator publishes, each pod's watch delivers, each pod reports, in about a second on
+// this node (the timings table records it; docs/cluster.md). Its bound is a busy machine's,
+// and still below what a pod that waited for its volume would take with a kubelet of the
+// default resync. The volume source waits for the kubelet to rewrite the volume, which it
+// does on its periodic resync of the pod (syncFrequency, 1 minute by default, plus jitter)
+// and not when the ConfigMap changes; hack/cluster's kubelet resyncs every 10 s, and the
+// bound covers the default too.
 const (
-	apiSourceBound    = 2 * time.Second
+	apiSourceBound    = 30 * time.Second
 	volumeSourceBound = 3 * time.Minute
 )
 
 func propagationSpecs() {
-	It("brings a spec change to every pod: through the API within 2 s, through the volume when the kubelet refreshes it", func(ctx SpecContext) {
+	It("brings a spec change to every pod: through the API at once, through the volume when the kubelet refreshes it", func(ctx SpecContext) {
 		apiPods, volumePods := pods(ctx, exampleNamespace, appLabels(apiApp)), pods(ctx, exampleNamespace, appLabels(volumeApp))
 		Expect(apiPods).NotTo(BeEmpty())
 		Expect(volumePods).NotTo(BeEmpty())

@@ -105,7 +105,7 @@ func rolloutSpecs() {
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		record("failing canary → gate Failed → aborted", time.Since(start), "only the canary's pods call the failing upstream")
 		Expect(measurementValues(run)).To(ContainElement("Failed"))
-		cb := breakerIn(ctx, rolloutsNamespace, exampleBreaker)
+		cb := gatedBreaker(ctx)
 		Expect(cb.Status.Revisions).To(ContainElement(And(HaveField("Revision", hash), HaveField("State", resiliencev1alpha1.StateOpen))))
 
 		By("back to the stable template: Argo Rollouts takes it as a rollback, with no analysis")
@@ -122,7 +122,7 @@ func rolloutSpecs() {
 		// The stable pods' upstream fails first, and their breakers open on their own calls.
 		setUpstream(ctx, readyPods(ctx, stable), "down")
 		Eventually(func(g Gomega) {
-			cb := breakerIn(ctx, rolloutsNamespace, exampleBreaker)
+			cb := gatedBreaker(ctx)
 			g.Expect(cb.Status.Revisions).To(ContainElement(And(HaveField("Revision", stable), HaveField("State", resiliencev1alpha1.StateOpen))))
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 		start := time.Now()
@@ -304,7 +304,7 @@ func deployExampleRollout(ctx context.Context) {
 	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	// The stable revision's pods report before any canary is judged against them.
 	Eventually(func(g Gomega) {
-		cb := breakerIn(ctx, rolloutsNamespace, exampleBreaker)
+		cb := gatedBreaker(ctx)
 		g.Expect(cb.Status.Revisions).To(ConsistOf(And(HaveField("Revision", stableHash(ctx)), HaveField("Pods", BeEquivalentTo(2)))))
 	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 }
@@ -440,9 +440,10 @@ func readyPods(ctx context.Context, hash string) []corev1.Pod {
 	return ready
 }
 
-func breakerIn(ctx context.Context, namespace, name string) *resiliencev1alpha1.CircuitBreaker {
+// gatedBreaker is the example's breaker in the Rollout's namespace, the one the gate judges.
+func gatedBreaker(ctx context.Context) *resiliencev1alpha1.CircuitBreaker {
 	GinkgoHelper()
 	var cb resiliencev1alpha1.CircuitBreaker
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cb)).To(Succeed())
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: rolloutsNamespace, Name: exampleBreaker}, &cb)).To(Succeed())
 	return &cb
 }

@@ -1,30 +1,51 @@
 #!/usr/bin/env bash
-# make test-cluster: the end-to-end suite (this directory) on a real single-node cluster.
+# make test-cluster: the end-to-end suite (this directory) on a real cluster of two nodes.
 #
-#   1. build the suite's test binary and the five images on this machine (Go modules
-#      need the network, which the cluster's namespace does not have): the manager's
+#   test/cluster/run.sh [--nodes N]
+#
+#   1. build the suite's test binary and the six images on this machine (Go modules
+#      need the network, which the cluster's namespaces do not have): the manager's
 #      (`make image`), a rebuild of it under another tag for `helm upgrade`, the
 #      example's (`make image-example`), the fuseboxd sidecar's (as `make
-#      image-fuseboxd`, for this platform) and hack/fuseboxd-worker's, the client that
-#      uses the sidecar's socket; and the Argo Rollouts controller (hack/rollouts.sh);
-#   2. snapshot the host, `hack/cluster.sh up`, load the images;
-#   3. run the suite inside the cluster's network namespace (`hack/cluster.sh exec`);
+#      image-fuseboxd`, for this platform), hack/fuseboxd-worker's, the client that
+#      uses the sidecar's socket, and hack/cluster/netcheck's, a pod's view of the
+#      network between the nodes; and the Argo Rollouts controller (hack/rollouts.sh);
+#   2. snapshot the host, `hack/cluster.sh up --nodes N`, load the images (into every
+#      node);
+#   3. run the suite inside the first node's network namespace (`hack/cluster.sh exec`);
 #   4. `hack/cluster.sh down`, also when a step fails, then compare the host with the
 #      snapshot (the spec labelled host).
 #
-# A cluster that is already running (`make cluster`) is used as it is and left running;
-# the host comparison is then skipped, since there is no snapshot from before it started
-# (and fails under CI, which never has one running).
+# --nodes (or CLUSTER_NODES) is 2 by default; with 1 the specs labelled two-nodes are
+# left out and the rest run on a single node.
+#
+# A cluster that is already running (`make cluster`) is used as it is and left running,
+# if it has N nodes; the host comparison is then skipped, since there is no snapshot from
+# before it started (and fails under CI, which never has one running).
 #
 # Environment: CLUSTER_TEST_FLAGS (extra flags for the suite, e.g. -ginkgo.focus=GC),
-# IMG, EXAMPLE_IMG and FUSEBOXD_IMG (the images' names, as for make image /
-# image-example / image-fuseboxd).
+# CLUSTER_NODES, IMG, EXAMPLE_IMG and FUSEBOXD_IMG (the images' names, as for make
+# image / image-example / image-fuseboxd).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${root}"
 out="${root}/bin/cluster-e2e"
 mkdir -p "${out}"
-export GOWORK=off
+
+nodes="${CLUSTER_NODES:-2}"
+while (($#)); do
+	case $1 in
+	--nodes)
+		(($# >= 2)) || { echo "test-cluster: --nodes needs a number" >&2; exit 2; }
+		nodes=$2
+		shift 2
+		;;
+	--nodes=*) nodes=${1#--nodes=} && shift ;;
+	*) echo "usage: test/cluster/run.sh [--nodes N]" >&2 && exit 2 ;;
+	esac
+done
+labels='!host'
+[[ ${nodes} != 1 ]] || labels+=' && !two-nodes'
 
 img="${IMG:-ghcr.io/fusebox-dev/fusebox:e2e}"
 rebuilt="${img%:*}:e2e-rebuilt"
@@ -33,6 +54,7 @@ example="${EXAMPLE_IMG:-ghcr.io/fusebox-dev/fusebox-example:latest}"
 # sidecar names no pull policy of its own.
 fuseboxd="${FUSEBOXD_IMG:-ghcr.io/fusebox-dev/fuseboxd:e2e}"
 worker="ghcr.io/fusebox-dev/fuseboxd-worker:e2e"
+netcheck="localhost/fusebox/netcheck:e2e"
 
 t0=$(date +%s)
 step() { echo "test-cluster [$(($(date +%s) - t0)) s] $*" >&2; }
@@ -60,22 +82,27 @@ interrupted() {
 trap interrupted INT TERM HUP
 
 step "building the suite (test/cluster) and the images"
-(cd test/cluster && go test -c -o "${out}/cluster.test" .)
+# Each module on its own, outside the workspace (go.work), as the Makefile builds them;
+# given to these commands alone, so that the suite runs with this script's caller's
+# environment.
+(cd test/cluster && GOWORK=off go test -c -o "${out}/cluster.test" .)
 make --no-print-directory image IMG="${img}" >&2
 # A real rebuild, not a second name for the same image: another version label, so
 # another digest, as a new release would have.
-(cd hack/image && go run . -root "${root}" -tag "${rebuilt}" -version e2e-rebuilt -platforms "linux/$(go env GOARCH)" \
+(cd hack/image && GOWORK=off go run . -root "${root}" -tag "${rebuilt}" -version e2e-rebuilt -platforms "linux/$(go env GOARCH)" \
 	-layout "${out}/image-rebuilt" -archive "${out}/image-rebuilt.tar") >&2
 rm -rf "${out}/image-rebuilt"
 make --no-print-directory image-example EXAMPLE_IMG="${example}" >&2
 # The sidecar's and the worker's, as make image-fuseboxd builds the first, for this
 # machine's platform only: the node runs nothing else, and each platform is a link.
 native="linux/$(go env GOARCH)"
-(cd hack/image && go run . -root "${root}" -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd \
+(cd hack/image && GOWORK=off go run . -root "${root}" -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd \
 	-tag "${fuseboxd}" -platforms "${native}" -layout "${out}/image-fuseboxd" -archive "${out}/image-fuseboxd.tar") >&2
-(cd hack/image && go run . -root "${root}" -package ./hack/fuseboxd-worker -entrypoint /fuseboxd-worker -title fuseboxd-worker \
+(cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/fuseboxd-worker -entrypoint /fuseboxd-worker -title fuseboxd-worker \
 	-tag "${worker}" -platforms "${native}" -layout "${out}/image-worker" -archive "${out}/image-worker.tar") >&2
-rm -rf "${out}/image-fuseboxd" "${out}/image-worker"
+(cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/cluster/netcheck -entrypoint /netcheck -title netcheck \
+	-tag "${netcheck}" -platforms "${native}" -layout "${out}/image-netcheck" -archive "${out}/image-netcheck.tar") >&2
+rm -rf "${out}/image-fuseboxd" "${out}/image-worker" "${out}/image-netcheck"
 # The Argo Rollouts controller the rollout gate specs run (docs/rollouts.md): built from
 # its Go module once, cached with the cluster's binaries.
 rollouts="$(hack/rollouts.sh)"
@@ -84,15 +111,17 @@ owned=0
 baseline=""
 if hack/cluster.sh status 2>/dev/null | grep -q '^running'; then
 	step "a cluster is running already: using it, and leaving it running"
+	# It must have the nodes asked for: up says so, and does nothing else, if it has.
+	hack/cluster.sh up --nodes "${nodes}" >/dev/null
 else
 	baseline="${out}/host-before.json"
 	"${out}/cluster.test" -host-snapshot "${baseline}"
 	owned=1
 	trap 'step "stopping the cluster"; hack/cluster.sh down || true' EXIT
-	step "starting the cluster"
-	hack/cluster.sh up >/dev/null
+	step "starting the cluster (${nodes} node(s))"
+	hack/cluster.sh up --nodes "${nodes}" >/dev/null
 fi
-for tar in bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar "${out}/image-fuseboxd.tar" "${out}/image-worker.tar"; do
+for tar in bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar "${out}/image-fuseboxd.tar" "${out}/image-worker.tar" "${out}/image-netcheck.tar"; do
 	step "loading ${tar}"
 	hack/cluster.sh load "${tar}" >/dev/null
 done
@@ -105,10 +134,10 @@ rc=0
 # terminal's Ctrl-C reaches this script, which passes it on.
 # shellcheck disable=SC2086 # CLUSTER_TEST_FLAGS is a list of flags
 setsid hack/cluster.sh exec -- "${out}/cluster.test" -test.v -test.timeout 60m \
-	-ginkgo.label-filter '!host' -ginkgo.v -ginkgo.no-color -ginkgo.timeout 50m \
+	-ginkgo.label-filter "${labels}" -ginkgo.v -ginkgo.no-color -ginkgo.timeout 50m \
 	-root "${root}" -image "${img}" -rebuilt-image "${rebuilt}" -example-image "${example}" \
-	-fuseboxd-image "${fuseboxd}" -worker-image "${worker}" -rollouts "${rollouts}" \
-	-timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" \
+	-fuseboxd-image "${fuseboxd}" -worker-image "${worker}" -netcheck-image "${netcheck}" -rollouts "${rollouts}" \
+	-timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" -nodes "${nodes}" \
 	${CLUSTER_TEST_FLAGS:-} &
 suite=$!
 wait "${suite}" || rc=$?
@@ -120,7 +149,7 @@ if ((owned)); then
 	trap - EXIT
 	hack/cluster.sh down
 	step "comparing the host with the snapshot from before the cluster started"
-	"${out}/cluster.test" -test.v -ginkgo.no-color -ginkgo.label-filter host -host-baseline "${baseline}" -cluster-state "${state}" || rc=$?
+	"${out}/cluster.test" -test.v -ginkgo.no-color -ginkgo.label-filter host -host-baseline "${baseline}" -cluster-state "${state}" -nodes "${nodes}" || rc=$?
 elif [[ -n ${CI:-} ]]; then
 	echo "test-cluster: a cluster was running before the suite, so the host could not be checked after it" >&2
 	rc=1

@@ -1,9 +1,10 @@
-// Package cluster is the end-to-end suite on a real single-node cluster (hack/cluster.sh):
-// Fusebox installed from dist/chart with the image just built, the example application
-// running as real pods with real bound tokens, the kubelet, the garbage collector and
-// leader election doing their own parts. `make test-cluster` starts the cluster, builds
-// and loads the images, runs this suite inside the cluster's network namespace and stops
-// the cluster; docs/testing.md says what each spec proves.
+// Package cluster is the end-to-end suite on a real cluster of one or two nodes
+// (hack/cluster.sh): Fusebox installed from dist/chart with the image just built, the
+// example application running as real pods with real bound tokens, the kubelets, the
+// garbage collector and leader election doing their own parts, and pods on each node
+// reaching the other's. `make test-cluster` starts the cluster, builds and loads the
+// images, runs this suite inside the first node's network namespace and stops the
+// cluster; docs/testing.md says what each spec proves.
 package cluster
 
 import (
@@ -38,6 +39,8 @@ var (
 	fuseboxdImage = flag.String("fuseboxd-image", os.Getenv("FUSEBOXD_IMAGE"), "The fuseboxd sidecar image `make image-fuseboxd` built and hack/cluster.sh loaded; the chart is installed with it.")
 	workerImage   = flag.String("worker-image", os.Getenv("WORKER_IMAGE"), "The image of hack/fuseboxd-worker, the client of the sidecar's socket, built by hack/image and loaded.")
 	rolloutsDir   = flag.String("rollouts", os.Getenv("ROLLOUTS_DIR"), "The Argo Rollouts build hack/rollouts.sh prints: rollouts-controller, crds/, clusterrole.yaml.")
+	netcheckImage = flag.String("netcheck-image", os.Getenv("NETCHECK_IMAGE"), "The image of hack/cluster/netcheck, a pod's view of the network between the nodes, built by hack/image and loaded.")
+	nodeCount     = flag.Int("nodes", 0, "How many nodes `hack/cluster.sh up --nodes` started (0: not given); the host spec checks that it looked at every node's namespaces.")
 	kubectlBin    = flag.String("kubectl", envOr("KUBECTL", "kubectl"), "The kubectl binary.")
 	timingsOut    = flag.String("timings", os.Getenv("CLUSTER_TIMINGS"), "Append the measured timings to this file (markdown table rows).")
 	hostBaseline  = flag.String("host-baseline", os.Getenv("CLUSTER_HOST_BASELINE"), "The host snapshot taken before `hack/cluster.sh up`: the spec labelled host compares the host with it.")
@@ -79,7 +82,10 @@ func TestMain(m *testing.M) {
 
 func TestCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "Fusebox on a real node")
+	// The machines that run this suite are shared and loaded: an Eventually without a
+	// timeout of its own waits a minute, not Gomega's 1 s, and returns as soon as it holds.
+	SetDefaultEventuallyTimeout(time.Minute)
+	RunSpecs(t, "Fusebox on a real cluster")
 }
 
 // unavailable fails the run under CI and skips otherwise, saying why: a step that

@@ -177,7 +177,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	// Pod does not exist yet, so its report is refused and retried. It opens on its own
 	// and its probe closes it: an earned Closed, dated now.
 	dir := t.TempDir()
-	own := breakerconfig.FromPolicy(name, 1, breaker.Policy{
+	own := kube.ConfigOf(name, 1, breaker.Policy{
 		OpenTimeout: time.Second, Window: 10 * time.Second, FailureRatio: 0.5,
 		MinimumThroughput: 20, SuccessThreshold: 1, HalfOpenPermittedCalls: 1,
 	}, breakerconfig.ScopeFleet)

@@ -19,7 +19,11 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
-const wait = 10 * time.Second
+// wait bounds each wait for the operator and the instances to get somewhere: a wait
+// returns as soon as its condition holds (well under a second on a quiet machine:
+// BenchmarkPropagation), so the bound only says how long a loaded -race run may take
+// before the test reports what never happened.
+const wait = 30 * time.Second
 
 // eventually polls cond until it returns nil or the deadline passes.
 func eventually(t testing.TB, within time.Duration, what string, cond func() error) {

@@ -137,11 +137,11 @@ func TestAPIServerOutage(t *testing.T) {
 	var (
 		stop       = make(chan struct{})
 		wg         sync.WaitGroup
-		calls      atomic.Int64
+		calls      = make([]atomic.Int64, len(ins))
 		slowest    atomic.Int64
 		callErrors = make(chan error, 100)
 	)
-	for _, in := range ins {
+	for i, in := range ins {
 		b := in.reg.Get("calls")
 		wg.Go(func() {
 			for {
@@ -155,7 +155,7 @@ func TestAPIServerOutage(t *testing.T) {
 				d := int64(time.Since(start))
 				for s := slowest.Load(); d > s && !slowest.CompareAndSwap(s, d); s = slowest.Load() {
 				}
-				calls.Add(1)
+				calls[i].Add(1)
 				if err != nil {
 					select {
 					case callErrors <- err:
@@ -174,10 +174,12 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
+	callsBefore := counts(calls)
 	// While it is away, a pod's breaker opens: its transition cannot be written yet.
 	ins[1].reg.Get("tripped").Trip()
 	time.Sleep(10*time.Second - time.Since(stopped))
 	failedWhileAway := ins[1].agent.Stats().WriteFailures
+	callsAway := counts(calls)
 	if err := api.Start(); err != nil {
 		t.Fatalf("restarting the API server: %v", err)
 	}
@@ -195,12 +197,20 @@ func TestAPIServerOutage(t *testing.T) {
 	for err := range callErrors {
 		t.Errorf("a call failed: %v", err)
 	}
-	// A call never waits on the network; the bound only leaves room for the scheduler of
-	// a loaded machine under -race.
-	if d := time.Duration(slowest.Load()); d > 100*time.Millisecond {
-		t.Errorf("slowest of %d calls took %v", calls.Load(), d)
+	// A call never waits on the network: every pod's calls went on while the API server
+	// was away. How long a call takes is a benchmark's figure (pkg/breaker/kube's
+	// BenchmarkExecuteReported, docs/benchmarks.md), not this test's: the bound below only catches a
+	// call that hung on the API server, which would have waited for its return 10 s after
+	// it left; a busy machine's scheduler, even under -race, comes nowhere near half that.
+	for i, in := range ins {
+		if n := callsAway[i] - callsBefore[i]; n == 0 {
+			t.Errorf("pod %s made no call in the 10 s the API server was away", in.pod)
+		}
 	}
-	t.Logf("%d calls, slowest %v", calls.Load(), time.Duration(slowest.Load()))
+	if d := time.Duration(slowest.Load()); d > 5*time.Second {
+		t.Errorf("a call took %v: it waited on the API server", d)
+	}
+	t.Logf("%v calls (%v while the API server was away), slowest %v", counts(calls), diff(callsAway, callsBefore), time.Duration(slowest.Load()))
 
 	for _, in := range ins {
 		in.cancel()
@@ -218,6 +228,24 @@ func TestAPIServerOutage(t *testing.T) {
 	})
 }
 
+// counts reads every counter of cs.
+func counts(cs []atomic.Int64) []int64 {
+	out := make([]int64, len(cs))
+	for i := range cs {
+		out[i] = cs[i].Load()
+	}
+	return out
+}
+
+// diff is a - b, element by element.
+func diff(a, b []int64) []int64 {
+	out := make([]int64, len(a))
+	for i := range a {
+		out[i] = a[i] - b[i]
+	}
+	return out
+}
+
 func TestUnreachableAtStart(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -232,7 +260,9 @@ func TestUnreachableAtStart(t *testing.T) {
 		breakers: []string{"late"},
 		modify:   func(o *kube.Options) { o.Config.Host = px.url() },
 	})
-	if d := time.Since(start); d > time.Second {
+	// Start returns at once: a Start that waited for the API server would wait until
+	// px.up() below, and this bound is only there to say so instead of hanging.
+	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Start took %v with the API server unreachable", d)
 	}
 	if err := policyIs([]*instance{in}, "late", breaker.DefaultPolicy()); err != nil {

@@ -18,6 +18,7 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // TestReasons: each way a breaker reaches its state is reported as its reason, so that
@@ -358,7 +359,7 @@ func TestRecreatedBreakerIsReportedAfresh(t *testing.T) {
 	opened := clock.Now().Add(-5 * time.Second)
 	verdict := &breakerconfig.Verdict{State: "Open", Since: opened}
 	doc := func(uid string, gen int64) map[string]string {
-		c := breakerconfig.FromPolicy("cart", gen, p, breakerconfig.ScopeFleet)
+		c := kube.ConfigOf("cart", gen, p, breakerconfig.ScopeFleet)
 		c.UID, c.Verdict = uid, verdict
 		b, err := breakerconfig.Marshal(c)
 		must(t, err)

@@ -128,7 +128,7 @@ func createBreaker(t *testing.T, ns, name string) {
 // render is the published document of a breaker, as the operator writes it.
 func render(t *testing.T, name string, gen int64, p breaker.Policy, scope string, verdict *breakerconfig.Verdict) string {
 	t.Helper()
-	c := breakerconfig.FromPolicy(name, gen, p, scope)
+	c := kube.ConfigOf(name, gen, p, scope)
 	c.Verdict = verdict
 	b, err := breakerconfig.Marshal(c)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
 // Issue 22: the agent hands each breaker what the operator publishes of its fleet, and
@@ -18,7 +19,7 @@ import (
 // for a breaker with a retry budget or throttling.
 func renderFleet(t *testing.T, name string, gen int64, p breaker.Policy, f breakerconfig.Fleet) string {
 	t.Helper()
-	c := breakerconfig.FromPolicy(name, gen, p, breakerconfig.ScopePod)
+	c := kube.ConfigOf(name, gen, p, breakerconfig.ScopePod)
 	c.Fleet = &f
 	doc, err := breakerconfig.Marshal(c)
 	if err != nil {
@@ -139,17 +140,19 @@ func TestAgentCarriesTheLatestTrafficWithAnUrgentWrite(t *testing.T) {
 	p := testPolicy()
 	p.MinimumThroughput = 1000 // the calls below never open it
 	p.RetryBudget = &breaker.RetryBudget{Percent: 20}
+	// A window far longer than the waits below (propagation): a write that waited for
+	// the traffic's window could not arrive within them, however busy the machine.
+	p.Window = 10 * time.Minute
 	writeConfigMap(t, ns, map[string]string{"payments.json": renderFleet(t, "payments", 1, p, breakerconfig.Fleet{Pods: 1})})
 	in := startInstance(t, ns, "pod-a", instanceOptions{clock: newFakeClock(), breakers: []string{"payments"}, passUID: true})
 	b := in.reg.Get("payments")
 	eventually(t, propagation, func() error { return memberIs(ns, "payments", in.pod, trafficIs(0, 0)) })
 	idle(t, in.agent)
 
-	// Traffic alone waits the 10 s window after the first report.
+	// Traffic alone waits the window after the first report.
 	for range 10 {
 		_ = b.Execute(context.Background(), func(context.Context) error { return nil })
 	}
-	start := time.Now()
 	writeConfigMap(t, ns, map[string]string{"payments.json": renderFleet(t, "payments", 2, p, breakerconfig.Fleet{Pods: 1})})
 	eventually(t, propagation, func() error {
 		return memberIs(ns, "payments", in.pod, func(e resiliencev1alpha1.BreakerReportEntry) error {
@@ -159,11 +162,7 @@ func TestAgentCarriesTheLatestTrafficWithAnUrgentWrite(t *testing.T) {
 			return trafficIs(10, 10)(e)
 		})
 	})
-	if d := time.Since(start); d > p.Window/2 {
-		t.Errorf("the new generation was reported after %s, as if it waited for the traffic's window (%s)", d, p.Window)
-	}
 
-	start = time.Now()
 	b.Trip()
 	// Open, its window is the closed state's no more: the latest traffic is none.
 	eventually(t, propagation, func() error {
@@ -174,7 +173,4 @@ func TestAgentCarriesTheLatestTrafficWithAnUrgentWrite(t *testing.T) {
 			return trafficIs(0, 0)(e)
 		})
 	})
-	if d := time.Since(start); d > p.Window/2 {
-		t.Errorf("the earned Open was reported after %s", d)
-	}
 }

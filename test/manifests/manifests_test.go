@@ -28,7 +28,8 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/webhook/podinject"
 )
 
-func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
+// kustomizeBin is the kustomize binary make test names (KUSTOMIZE), else bin/kustomize.
+func kustomizeBin(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("KUSTOMIZE")
 	if bin == "" {
@@ -40,6 +41,16 @@ func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
 		}
 		t.Skipf("SKIPPED: kustomize not found at %s; run `make kustomize` (or `make test`, which builds it) to render config/", bin)
 	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	bin := kustomizeBin(t)
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "build", filepath.Join("..", "..", dir))
 	cmd.Stderr = &stderr
@@ -47,6 +58,12 @@ func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
 	}
+	return decodeObjects(t, out)
+}
+
+// decodeObjects reads the objects of a multi-document YAML stream.
+func decodeObjects(t *testing.T, out []byte) []*unstructured.Unstructured {
+	t.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []*unstructured.Unstructured
 	for {
@@ -126,7 +143,7 @@ func TestDefaultDeploysTheOperator(t *testing.T) {
 	var client rbacv1.ClusterRole
 	find(t, objs, "ClusterRole", "fusebox-breaker-client", &client)
 	want := map[string]map[string][]string{
-		"/configmaps":                           {"get": {"fusebox-breakers"}, "list": {"fusebox-breakers"}, "watch": {"fusebox-breakers"}},
+		"/configmaps":                           {"get": {breakerconfig.ConfigMapName}, "list": {breakerconfig.ConfigMapName}, "watch": {breakerconfig.ConfigMapName}},
 		"resilience.fusebox.dev/breakerreports": {"get": nil, "create": nil, "patch": nil, "update": nil},
 	}
 	got := map[string]map[string][]string{}

@@ -23,6 +23,8 @@ final class SidecarDownTest extends TestCase
 {
     /** Long enough that nothing in a test outlives it: the test sees the back-off, not its end. */
     private const LONG_BACKOFF_MS = 600_000;
+    // A live daemon answers well within it on a loaded machine; a hung one costs it once.
+    private const HUNG_TIMEOUT_MS = 1000;
 
     private string $dir;
 
@@ -140,7 +142,7 @@ final class SidecarDownTest extends TestCase
         try {
             $daemon->publish('php-hung');
             $logger = self::logger();
-            $client = new Client($daemon->socket, timeoutMs: 200, backoffMs: self::LONG_BACKOFF_MS, logger: $logger);
+            $client = new Client($daemon->socket, timeoutMs: self::HUNG_TIMEOUT_MS, backoffMs: self::LONG_BACKOFF_MS, logger: $logger);
             $breaker = $client->breaker('php-hung');
             self::assertSame('warm', $breaker->call(null, fn () => 'warm'));
             $daemon->pause();
@@ -169,7 +171,7 @@ final class SidecarDownTest extends TestCase
         try {
             $daemon->publish('php-recovers');
             $logger = self::logger();
-            $client = new Client($daemon->socket, timeoutMs: 200, backoffMs: 50, logger: $logger);
+            $client = new Client($daemon->socket, timeoutMs: self::HUNG_TIMEOUT_MS, backoffMs: 50, logger: $logger);
             $breaker = $client->breaker('php-recovers');
             $daemon->pause();
             try {
@@ -213,7 +215,7 @@ final class SidecarDownTest extends TestCase
         $daemon = new Daemon();
         try {
             $daemon->publish('php-marker');
-            $client = new Client($daemon->socket, timeoutMs: 200, backoffMs: 50, logger: self::logger());
+            $client = new Client($daemon->socket, timeoutMs: self::HUNG_TIMEOUT_MS, backoffMs: 50, logger: self::logger());
             $breaker = $client->breaker('php-marker');
             $daemon->pause();
             try {

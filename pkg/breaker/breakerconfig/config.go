@@ -6,9 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
-
-	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 // Config is one breaker's published configuration. Field order is the order of
@@ -46,28 +45,24 @@ type Config struct {
 	Verdict *Verdict `json:"verdict,omitempty"`
 }
 
-// RetryBudget is breaker.RetryBudget on the wire.
+// RetryBudget is the retry budget of docs/design.md §5.15 on the wire.
 type RetryBudget struct {
 	Percent      int `json:"percent"`
 	MinPerSecond int `json:"minPerSecond"`
 }
 
-// Throttle is breaker.Throttle on the wire: k is a JSON number.
+// Throttle is the adaptive throttling of docs/design.md §5.16 on the wire: k is a JSON
+// number.
 type Throttle struct {
 	K float64 `json:"k"`
 }
 
-// Fleet is breaker.Fleet on the wire: the pods that report the breaker, and the
+// Fleet is what the operator counts of the pods that report the breaker, and the
 // requests and accepts of the median reporting pod's window (docs/design.md §4, §5.17).
 type Fleet struct {
 	Pods     int   `json:"pods"`
 	Requests int64 `json:"requests"`
 	Accepts  int64 `json:"accepts"`
-}
-
-// Breaker returns f as the library takes it.
-func (f Fleet) Breaker() breaker.Fleet {
-	return breaker.Fleet{Pods: f.Pods, Requests: f.Requests, Accepts: f.Accepts}
 }
 
 // Verdict is a fleet-wide verdict: the state and when it was reached, and for
@@ -76,7 +71,7 @@ type Verdict struct {
 	State string    `json:"state"`
 	Since time.Time `json:"since"`
 	// ConsecutiveOpens is how many open periods in a row the fleet has had,
-	// counting this one (breaker.Verdict.ConsecutiveOpens).
+	// counting this one (docs/design.md §5.13).
 	ConsecutiveOpens int `json:"consecutiveOpens,omitempty"`
 	// OpenTimeout is the length of this open period; left out, a pod uses its
 	// own policy's.
@@ -105,89 +100,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// FromPolicy returns the Config that publishes p under name.
-func FromPolicy(name string, generation int64, p breaker.Policy, scope string) Config {
-	mode := p.Mode
-	if mode == "" {
-		mode = ModeEnforce
-	}
-	c := Config{
-		Name:                   name,
-		Generation:             generation,
-		OpenTimeout:            Duration(p.OpenTimeout),
-		Window:                 Duration(p.Window),
-		FailureRatio:           p.FailureRatio,
-		MinimumThroughput:      p.MinimumThroughput,
-		SuccessThreshold:       p.SuccessThreshold,
-		HalfOpenPermittedCalls: p.HalfOpenPermittedCalls,
-		Mode:                   string(mode),
-		Scope:                  scope,
-		MaxOpenTimeout:         Duration(p.MaxOpenTimeout),
-	}
-	if p.SlowCallDuration > 0 {
-		c.SlowCallDuration, c.SlowCallRatio = Duration(p.SlowCallDuration), p.SlowCallRatio
-	}
-	if b := p.RetryBudget; b != nil {
-		c.RetryBudget = &RetryBudget{Percent: b.Percent, MinPerSecond: b.MinPerSecond}
-	}
-	if t := p.Throttle; t != nil {
-		c.Throttle = &Throttle{K: t.K}
-	}
-	return c
-}
-
-// Policy returns the breaker policy c describes, or an error naming the first
-// field that makes it invalid.
-func (c Config) Policy() (breaker.Policy, error) {
-	p := breaker.Policy{
-		OpenTimeout:            time.Duration(c.OpenTimeout),
-		Window:                 time.Duration(c.Window),
-		FailureRatio:           c.FailureRatio,
-		MinimumThroughput:      c.MinimumThroughput,
-		SuccessThreshold:       c.SuccessThreshold,
-		HalfOpenPermittedCalls: c.HalfOpenPermittedCalls,
-		Mode:                   breaker.Mode(c.Mode),
-		SlowCallDuration:       time.Duration(c.SlowCallDuration),
-		SlowCallRatio:          c.SlowCallRatio,
-		MaxOpenTimeout:         time.Duration(c.MaxOpenTimeout),
-	}
-	if p.SlowCallRatio == 0 {
-		p.SlowCallRatio = 1 // DefaultPolicy's, and the CRD's slowCallRatePercent 100
-	}
-	// Fresh values, never c's: a policy handed to a breaker shares nothing with a config
-	// the caller may still change.
-	if b := c.RetryBudget; b != nil {
-		p.RetryBudget = &breaker.RetryBudget{Percent: b.Percent, MinPerSecond: b.MinPerSecond}
-	}
-	if t := c.Throttle; t != nil {
-		p.Throttle = &breaker.Throttle{K: t.K}
-	}
-	// A zero field of a breaker.Policy means the default, but the operator renders every
-	// field: a zero here is a broken document, refused like any other bad value.
-	var errs []error
-	for _, f := range []struct {
-		field string
-		zero  bool
-		value string
-	}{
-		{"openTimeout", p.OpenTimeout == 0, p.OpenTimeout.String()},
-		{"window", p.Window == 0, p.Window.String()},
-		{"failureRatio", p.FailureRatio == 0, "0"},
-		{"minimumThroughput", p.MinimumThroughput == 0, "0"},
-		{"successThreshold", p.SuccessThreshold == 0, "0"},
-		{"halfOpenPermittedCalls", p.HalfOpenPermittedCalls == 0, "0"},
-	} {
-		if f.zero {
-			errs = append(errs, &breaker.FieldError{Field: f.field, Value: f.value, Reason: "must be greater than 0"})
-		}
-	}
-	if err := errors.Join(append(errs, p.Validate())...); err != nil {
-		return breaker.Policy{}, err
-	}
-	return p, nil
-}
-
-// Validate reports the first field of c that a reader must refuse.
+// Validate reports what a reader must refuse in c: the first bad field of its identity,
+// verdict, retry budget, throttle or fleet counts, or else every bad field of its policy.
+// A document it accepts is one every breaker can run: the pods turn it into their
+// library's policy without judging it again (pkg/breaker/kube's PolicyOf).
 func (c Config) Validate() error {
 	if c.Name == "" {
 		return fmt.Errorf("name: must not be empty")
@@ -216,15 +132,13 @@ func (c Config) Validate() error {
 	if err := c.validateFleetPolicies(); err != nil {
 		return err
 	}
-	_, err := c.Policy()
-	return err
+	return c.validatePolicy()
 }
 
 // validateFleetPolicies reports the first field of the retry budget, the throttle or the
 // fleet counts that a reader must refuse. Only what makes them meaningless is refused
 // (a negative count, k below 1); the CRD's tighter bounds (docs/design.md §3) are the
-// operator's. It runs before the breaker's own Validate, which may judge the same
-// fields: the first error is the one reported.
+// operator's.
 func (c Config) validateFleetPolicies() error {
 	if b := c.RetryBudget; b != nil {
 		if b.Percent < 0 || b.Percent > 100 {
@@ -251,19 +165,54 @@ func (c Config) validateFleetPolicies() error {
 	return nil
 }
 
-// ParseState reads a state in either of the spellings Fusebox uses: the wire one
-// (StateClosed, StateOpen, StateHalfOpen) or the telemetry one of breaker.State.String
-// ("closed", "open", "half_open").
-func ParseState(s string) (breaker.State, error) {
-	switch s {
-	case "closed", StateClosed:
-		return breaker.Closed, nil
-	case "open", StateOpen:
-		return breaker.Open, nil
-	case "half_open", StateHalfOpen:
-		return breaker.HalfOpen, nil
+// validatePolicy refuses the policy fields no breaker could run: a duration, ratio or count
+// out of range, a mode that is none of the four, a backoff ceiling below the open timeout.
+// The operator renders every field, so a zero one is a broken document, refused like any
+// other bad value, although a zero field of the library's own Policy means its default.
+// As the retry budget's and the throttle's, these bounds are the widest a breaker can
+// use; the CRD's tighter ones are the operator's.
+func (c Config) validatePolicy() error {
+	var errs []error
+	refuse := func(field, want string, got any) {
+		errs = append(errs, fmt.Errorf("%s: must be %s, got %v", field, want, got))
 	}
-	return 0, fmt.Errorf("breakerconfig: unknown state %q", s)
+	if c.OpenTimeout <= 0 {
+		refuse("openTimeout", "greater than 0", time.Duration(c.OpenTimeout))
+	}
+	if c.Window <= 0 {
+		refuse("window", "greater than 0", time.Duration(c.Window))
+	}
+	// The negated comparisons refuse NaN too, which a Go caller can set although no JSON
+	// carries it.
+	if !(c.FailureRatio > 0 && c.FailureRatio <= 1) {
+		refuse("failureRatio", "greater than 0 and at most 1", c.FailureRatio)
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{{"minimumThroughput", c.MinimumThroughput}, {"successThreshold", c.SuccessThreshold}, {"halfOpenPermittedCalls", c.HalfOpenPermittedCalls}} {
+		if n.v < 1 {
+			refuse(n.field, "at least 1", n.v)
+		}
+	}
+	switch c.Mode {
+	case "", ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed:
+	default:
+		refuse("mode", "one of "+ModeEnforce+", "+ModeMetricsOnly+", "+ModeForcedOpen+", "+ModeForcedClosed, strconv.Quote(c.Mode))
+	}
+	if c.SlowCallDuration < 0 {
+		refuse("slowCallDuration", "at least 0 (0: no call is judged slow)", time.Duration(c.SlowCallDuration))
+	}
+	if !(c.SlowCallRatio >= 0 && c.SlowCallRatio <= 1) {
+		refuse("slowCallRatio", "between 0 and 1 (0 or left out: 1)", c.SlowCallRatio)
+	}
+	switch {
+	case c.MaxOpenTimeout < 0:
+		refuse("maxOpenTimeout", "at least 0 (0: no backoff)", time.Duration(c.MaxOpenTimeout))
+	case c.MaxOpenTimeout > 0 && c.OpenTimeout > 0 && c.MaxOpenTimeout < c.OpenTimeout:
+		refuse("maxOpenTimeout", "at least openTimeout ("+time.Duration(c.OpenTimeout).String()+")", time.Duration(c.MaxOpenTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Marshal renders c as the published JSON document.

@@ -4,8 +4,6 @@ import (
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 // The fleet policies and counts of docs/design.md §4, as the operator renders them.
@@ -43,42 +41,12 @@ func TestParseTheFleetPolicies(t *testing.T) {
 		c.Throttle == nil || c.Throttle.K != 1.5 || c.Fleet == nil || *c.Fleet != (Fleet{Pods: 200, Requests: 12345, Accepts: 6000}) {
 		t.Fatalf("parsed %+v %+v %+v", c.RetryBudget, c.Throttle, c.Fleet)
 	}
-	if f := c.Fleet.Breaker(); f != (breaker.Fleet{Pods: 200, Requests: 12345, Accepts: 6000}) {
-		t.Errorf("Fleet.Breaker() = %+v", f)
-	}
-	p, err := c.Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.RetryBudget == nil || *p.RetryBudget != (breaker.RetryBudget{Percent: 20, MinPerSecond: 10}) || p.Throttle == nil || p.Throttle.K != 1.5 {
-		t.Errorf("policy %+v %+v", p.RetryBudget, p.Throttle)
-	}
-	// The policy shares nothing with the config it came from.
-	c.RetryBudget.Percent, c.Throttle.K = 99, 9
-	if p.RetryBudget.Percent != 20 || p.Throttle.K != 1.5 {
-		t.Error("changing the config changed the policy made from it")
-	}
-	// What FromPolicy publishes reads back the same, fleet aside (the operator's).
-	back := FromPolicy("payments-api", 3, p, ScopePod)
-	doc, err := Marshal(back)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := strings.Replace(fleetSample, `,
-  "fleet": {
-    "pods": 200,
-    "requests": 12345,
-    "accepts": 6000
-  }`, "", 1)
-	if string(doc) != want {
-		t.Errorf("FromPolicy rendered\n%s\nwant\n%s", doc, want)
-	}
-	// Without either policy, neither is written, nor read into the policy.
+	// Without either policy, neither is read.
 	plain, err := Parse([]byte(sample))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := plain.Policy(); p.RetryBudget != nil || p.Throttle != nil || plain.Fleet != nil {
+	if plain.RetryBudget != nil || plain.Throttle != nil || plain.Fleet != nil {
 		t.Errorf("a plain document has fleet policies: %+v", plain)
 	}
 }

@@ -95,7 +95,7 @@ func Earned(state, reason string) bool {
 }
 
 // Trigger values of ReportEntry.Trigger: which judgement of calls opened the
-// circuit (breaker.Trigger).
+// circuit.
 const (
 	TriggerFailureRate  = "FailureRate"
 	TriggerSlowCallRate = "SlowCallRate"

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 // The BreakerReport resource: one per pod, named after the pod and owned by it,
@@ -52,7 +50,7 @@ type ReportEntry struct {
 	// Keys summarises a breaker Group's per-key breakers, for a Group only.
 	Keys *KeySummary `json:"keys,omitempty"`
 	// Requests, Accepts, Retries and Throttled are the window's traffic
-	// (breaker.Traffic), written only for a breaker with a retry budget or
+	// (docs/design.md §7), written only for a breaker with a retry budget or
 	// adaptive throttling; each at most MaxTrafficCount.
 	Requests  *int64 `json:"requests,omitempty"`
 	Accepts   *int64 `json:"accepts,omitempty"`
@@ -77,10 +75,11 @@ type KeySummary struct {
 	Worst []string `json:"worst,omitempty"`
 }
 
-// MaxWorstKeys bounds KeySummary.Worst: what a Group's summary holds
-// (breaker.GroupSummary.Worst). The BreakerReport schema's maxItems spells it
-// again; a test of api/v1alpha1 holds the two together.
-const MaxWorstKeys = breaker.SummaryWorstKeys
+// MaxWorstKeys bounds KeySummary.Worst. A Group's summary in the library names as
+// many keys, which a test of pkg/breaker/kube holds to this bound, and the
+// BreakerReport schema's maxItems spells it again, which a test of api/v1alpha1
+// holds to it.
+const MaxWorstKeys = 5
 
 // MaxKeyCount bounds each count of a KeySummary: the BreakerReport schema refuses a
 // higher one. No real Group holds that many keys, and the operator's sums over the pods

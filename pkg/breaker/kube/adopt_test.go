@@ -30,7 +30,7 @@ func TestAdoptedOpenPeriodIsBoundedByThePolicy(t *testing.T) {
 			clock := breakertest.NewClock(time.Now())
 			p := breaker.DefaultPolicy()
 			p.MaxOpenTimeout = tc.max
-			cfg := breakerconfig.FromPolicy("payments", 1, p, breakerconfig.ScopeFleet)
+			cfg := ConfigOf("payments", 1, p, breakerconfig.ScopeFleet)
 			cfg.Verdict = &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: clock.Now(),
 				ConsecutiveOpens: 1 << 30, OpenTimeout: breakerconfig.Duration(876000 * time.Hour)}
 			doc, err := json.Marshal(cfg)

@@ -43,6 +43,8 @@ type applier struct {
 	// created is 1-buffered: the registry created a breaker or Group since the last
 	// reconcile. One pending wake-up is enough; reconcile finds every new one.
 	created chan struct{}
+	// loaded is closed when synced turns true.
+	loaded chan struct{}
 
 	applies, adoptions atomic.Int64
 }
@@ -87,8 +89,8 @@ func (a *applier) apply(data map[string]string) {
 			c.good, c.refusal, c.logged = &cfg, "", ""
 		}
 		if c.good != nil {
-			// Parse validated it, so Policy cannot fail.
-			p, _ := c.good.Policy()
+			// Parse validated it, so PolicyOf cannot fail.
+			p, _ := PolicyOf(*c.good)
 			policies[name] = p
 		}
 	}
@@ -107,6 +109,7 @@ func (a *applier) apply(data map[string]string) {
 	}
 	if !a.synced {
 		a.synced = true
+		close(a.loaded)
 		a.log.Info("Breaker config loaded", "breakers", len(next))
 	}
 	a.reconcileLocked()
@@ -200,7 +203,7 @@ func (a *applier) reconcileLocked() {
 		// requests and accepts (docs/design.md §5.15, §5.16).
 		withTraffic := c.good != nil && (c.good.RetryBudget != nil || c.good.Throttle != nil)
 		if withTraffic && c.good.Fleet != nil {
-			b.SetFleet(c.good.Fleet.Breaker())
+			b.SetFleet(fleetOf(*c.good.Fleet))
 		}
 		if a.rep != nil {
 			a.rep.configure(b, gen, c.refusal, withTraffic)
@@ -216,9 +219,9 @@ func fleetVerdict(c *breakerconfig.Config) (breaker.Verdict, bool) {
 	if c == nil || c.Scope != breakerconfig.ScopeFleet || c.Verdict == nil {
 		return breaker.Verdict{}, false
 	}
-	// Parse validated the state, so ParseState cannot fail.
-	s, err := breakerconfig.ParseState(c.Verdict.State)
-	if err != nil {
+	// Parse validated the state, so stateOf knows it.
+	s, ok := stateOf(c.Verdict.State)
+	if !ok {
 		return breaker.Verdict{}, false
 	}
 	// An open verdict's period is the fleet's: every pod keeps it (docs/design.md §5.13).

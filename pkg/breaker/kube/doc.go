@@ -31,7 +31,11 @@
 //
 // Everything runs in the background until the context given to Start is cancelled;
 // [StartAgent] does the same and returns an [Agent] whose Done channel is closed once all
-// of it has stopped.
+// of it has stopped. Start and StartAgent return at once, their breakers on the default
+// policy until the config is read ([Agent.WaitLoaded] waits for it); [FromEnvironment]
+// returns once the config is applied, or after [FirstConfigWait] with a warning in the
+// log, so that a program's first calls run the published policies when the cluster can
+// tell it them in time.
 //
 // The pod needs read access to the ConfigMap and write access to breakerreports (the
 // fusebox-breaker-client ClusterRole), and its name, namespace and UID from the downward

@@ -232,7 +232,9 @@ func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 	} else {
 		why := o.whyNoReport
 		if why == "" {
-			why = "Options.Config is nil"
+			// A program that reads a directory and names no API server (fuseboxd
+			// --config-dir, a test): say so in its words, not in the field's.
+			why = "no API server to write this pod's BreakerReport to: the config is read from the directory alone"
 		}
 		log.Info("Not reporting breaker states", "why", why, "dir", o.ConfigDir)
 	}
@@ -263,7 +265,7 @@ func newAgent(o Options, rep *reporter, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: default policy: %w", err)
 	}
-	ap := &applier{reg: reg, rep: rep, log: log, created: make(chan struct{}, 1)}
+	ap := &applier{reg: reg, rep: rep, log: log, created: make(chan struct{}, 1), loaded: make(chan struct{})}
 	reg.OnCreate(ap.announced)
 	return &Agent{reg: reg, applier: ap, rep: rep, done: make(chan struct{})}, nil
 }
@@ -331,14 +333,27 @@ const (
 	EnvNodeAgentToken = breakerconfig.EnvNodeAgentToken
 )
 
-// FromEnvironment starts the agent of a pod as [OptionsFromEnvironment] configures it and
-// returns its registry, as [Start] does.
+// FromEnvironment starts the agent of a pod as [OptionsFromEnvironment] configures it, as
+// [Start] does, and returns its registry once the first config is applied, so that the
+// first calls run the published policies and not the default one: it waits for that up to
+// [FirstConfigWait]. If the config has not arrived by then (the API server or the node
+// agent cannot be reached, or answers slowly), it logs a warning that says so and returns
+// the registry anyway: its breakers run the default policy until the config arrives, and
+// the program starts, since a cluster that cannot tell a pod its policies must not keep
+// it from serving. It returns ctx's error if ctx ends first.
 func FromEnvironment(ctx context.Context) (*breaker.Registry, error) {
 	o, err := OptionsFromEnvironment()
 	if err != nil {
 		return nil, err
 	}
-	return Start(ctx, o)
+	a, err := StartAgent(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.waitFirstConfig(ctx, firstConfigWait); err != nil {
+		return nil, err
+	}
+	return a.Registry(), nil
 }
 
 // OptionsFromEnvironment builds Options for a pod: its name, namespace and UID from

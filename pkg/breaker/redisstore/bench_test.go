@@ -29,7 +29,8 @@ func BenchmarkExecuteClosed(b *testing.B) {
 		}
 		run(b, br)
 	})
-	b.Run("redisstore", func(b *testing.B) {
+	// attached is a breaker of a store that has reached its own redis-server.
+	attached := func(b *testing.B) (*redisServer, *Store, *breaker.Breaker) {
 		srv := startRedis(b)
 		s := newStore(b, srv, freeKey(b))
 		br, err := s.NewBreaker("bench", p)
@@ -37,6 +38,18 @@ func BenchmarkExecuteClosed(b *testing.B) {
 			b.Fatal(err)
 		}
 		ready(b, s)
+		return srv, s, br
+	}
+	b.Run("redisstore", func(b *testing.B) {
+		_, _, br := attached(b)
+		run(b, br)
+	})
+	// Redis killed under the store: its goroutine fails, retries and backs off, and the
+	// call path must not notice (TestRedisKilledMidTraffic checks that calls go on).
+	b.Run("redis-down", func(b *testing.B) {
+		srv, s, br := attached(b)
+		srv.Kill()
+		eventually(b, patience, "the store notices the outage", func() bool { return !s.Healthy() })
 		run(b, br)
 	})
 }

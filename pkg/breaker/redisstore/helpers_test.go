@@ -32,13 +32,19 @@ func testPolicy() breaker.Policy {
 	return p
 }
 
+// clientTimeout bounds each of the tests' Redis round trips, the store's (WithOpTimeout)
+// and the client's: Redis answers on loopback in well under a millisecond, but a loaded
+// -race run has taken over 200 ms, and a store that times out marks an outage, which the
+// tests that keep Redis up assert never happens.
+const clientTimeout = 5 * time.Second
+
 // newStore starts a store on its own client, as a separate process would have, and closes
 // it when the test ends. Its keys are prefix + key: each test's own prefix is its
 // application (TestApplicationInKeys covers the default).
 func newStore(t testing.TB, srv *redisServer, prefix string, opts ...Option) *Store {
 	t.Helper()
 	opts = append([]Option{WithPrefix(prefix), WithApplication(""), WithPollInterval(100 * time.Millisecond),
-		WithOpTimeout(300 * time.Millisecond), WithLogger(quietLogger(t))}, opts...)
+		WithOpTimeout(clientTimeout), WithLogger(quietLogger(t))}, opts...)
 	s, err := New(srv.Client(), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +76,12 @@ func mustBreaker(t testing.TB, s *Store, name, key string, p breaker.Policy) *br
 	return b
 }
 
+// patience bounds every wait for the stores' own goroutines and Redis: a verdict crosses
+// in under a millisecond on a quiet machine (BenchmarkShareVerdict), and a wait returns as
+// soon as its condition holds, so the bound is only how long a loaded -race run may take
+// before the test says what never happened.
+const patience = 30 * time.Second
+
 // eventually polls cond every millisecond until it holds or d has passed, and returns how
 // long it took.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
@@ -100,7 +112,7 @@ func settle(t testing.TB, s *Store) bool {
 // ready waits until every breaker of the store has been reconciled with a reachable Redis.
 func ready(t testing.TB, s *Store) {
 	t.Helper()
-	eventually(t, 5*time.Second, "store reaches Redis", func() bool { return settle(t, s) })
+	eventually(t, patience, "store reaches Redis", func() bool { return settle(t, s) })
 }
 
 // epoch returns the epoch the store last knew for the breaker named name.

@@ -227,7 +227,7 @@ func TestProcessesRaceOneOpenPeriod(t *testing.T) {
 		}
 	}
 	var got map[string]string
-	eventually(t, time.Second, "a verdict is stored", func() bool {
+	eventually(t, patience, "a verdict is stored", func() bool {
 		// The children name no application: the default one, the same for every
 		// process of one program.
 		got = stored(t, srv.Client(), prefix+DefaultApplication()+":b")
@@ -236,7 +236,7 @@ func TestProcessesRaceOneOpenPeriod(t *testing.T) {
 	if got["epoch"] != "1" || got["state"] != "open" {
 		t.Fatalf("stored %v, want one open period", got)
 	}
-	eventually(t, time.Second, "every process in the stored open period", func() bool {
+	eventually(t, patience, "every process in the stored open period", func() bool {
 		for _, p := range procs {
 			if v := p.verdict(); v.state != "open" || v.since != got["since"] {
 				return false

@@ -70,7 +70,7 @@ func (s *redisServer) Start() {
 
 	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a loaded machine is slow to start one
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
@@ -98,14 +98,15 @@ func (s *redisServer) Kill() {
 	_ = cmd.Wait()
 }
 
-// Client returns a client for the server, closed when the test ends. Its timeouts are short
-// so that a test against a killed server fails fast rather than hanging.
+// Client returns a client for the server, closed when the test ends, its timeouts
+// clientTimeout's: a killed server refuses or resets its connections at once, so a test
+// against one fails fast however long they are.
 func (s *redisServer) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{
 		Addr:         s.addr,
-		DialTimeout:  200 * time.Millisecond,
-		ReadTimeout:  200 * time.Millisecond,
-		WriteTimeout: 200 * time.Millisecond,
+		DialTimeout:  clientTimeout,
+		ReadTimeout:  clientTimeout,
+		WriteTimeout: clientTimeout,
 		MaxRetries:   -1,
 		PoolSize:     4,
 	})

@@ -25,7 +25,7 @@ func TestAttachedDuringOutage(t *testing.T) {
 	since := time.Now().Add(-time.Second).Truncate(time.Millisecond)
 	srv.Client().HSet(context.Background(), prefix+"k", "format", format, "epoch", "3", "state", "open",
 		"since", encodeSince(since), "hos", "0")
-	eventually(t, 5*time.Second, "b adopts the verdict", func() bool { return b.State() == breaker.Open })
+	eventually(t, patience, "b adopts the verdict", func() bool { return b.State() == breaker.Open })
 	if !s.Healthy() {
 		t.Error("not healthy after adopting")
 	}

@@ -103,7 +103,7 @@ func TestOneOpenPeriod(t *testing.T) {
 		t.Fatalf("stored %v, want one open period (epoch 1)", first)
 	}
 	shared, _ := parseShared(first["epoch"], first["state"], first["since"], first["hos"])
-	eventually(t, time.Second, "every breaker adopts the winner's open period", func() bool {
+	eventually(t, patience, "every breaker adopts the winner's open period", func() bool {
 		for _, b := range breakers {
 			if v := b.Verdict(); v.State != breaker.Open || !v.Since.Equal(shared.since) {
 				return false
@@ -137,11 +137,12 @@ func TestRedisKilledMidTraffic(t *testing.T) {
 	ready(t, one)
 	ready(t, other)
 
-	// Traffic on both breakers throughout, each call's latency recorded.
+	// Traffic on both breakers throughout, each call counted and its latency recorded.
 	var slowest atomic.Int64
+	var calls [2]atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, br := range []*breaker.Breaker{a, b} {
+	for i, br := range []*breaker.Breaker{a, b} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -156,6 +157,7 @@ func TestRedisKilledMidTraffic(t *testing.T) {
 				if d := int64(time.Since(start)); d > slowest.Load() {
 					slowest.Store(d)
 				}
+				calls[i].Add(1)
 				time.Sleep(50 * time.Microsecond)
 			}
 		}()
@@ -163,7 +165,12 @@ func TestRedisKilledMidTraffic(t *testing.T) {
 
 	time.Sleep(50 * time.Millisecond)
 	srv.Kill()
-	eventually(t, 5*time.Second, "stores notice the outage", func() bool { return !one.Healthy() && !other.Healthy() })
+	eventually(t, patience, "stores notice the outage", func() bool { return !one.Healthy() && !other.Healthy() })
+	// Calls go on while Redis is away, on both breakers.
+	for i, name := range []string{"a", "b"} {
+		before := calls[i].Load()
+		eventually(t, patience, name+" calls on while Redis is down", func() bool { return calls[i].Load() > before+100 })
+	}
 
 	// Alone, a still decides: it opens, and b, which cannot hear of it, stays closed.
 	a.Trip()
@@ -177,7 +184,7 @@ func TestRedisKilledMidTraffic(t *testing.T) {
 	}
 
 	srv.Start()
-	took := eventually(t, 5*time.Second, "b adopts a's verdict after Redis returns", func() bool {
+	took := eventually(t, patience, "b adopts a's verdict after Redis returns", func() bool {
 		return b.State() == breaker.Open
 	})
 	t.Logf("re-joined %v after restart", took)
@@ -189,13 +196,11 @@ func TestRedisKilledMidTraffic(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	// The call path never touches Redis: its latency is independent of the outage. The
-	// bound is loose for shared CI machines under -race; a call that waited on a Redis
-	// timeout (300ms here) would exceed it.
-	if d := time.Duration(slowest.Load()); d > 100*time.Millisecond {
-		t.Errorf("slowest call took %v", d)
-	}
-	t.Logf("slowest call %v", time.Duration(slowest.Load()))
+	// The call path never touches Redis: calls went on while it was down (above), and what
+	// one costs with the store attached, Redis up or down, is BenchmarkExecuteClosed's
+	// figure (docs/benchmarks.md), not this test's: a bound on the slowest call here would
+	// measure the scheduler of a loaded -race run.
+	t.Logf("%d and %d calls, slowest %v", calls[0].Load(), calls[1].Load(), time.Duration(slowest.Load()))
 }
 
 func TestUnreachableAtStart(t *testing.T) {
@@ -217,7 +222,7 @@ func TestUnreachableAtStart(t *testing.T) {
 		t.Fatalf("NewBreaker with Redis down: %v", err)
 	}
 	trip(t, b, 5)
-	eventually(t, 2*time.Second, "the failure is counted", func() bool { return s.Stats().Errors > 0 })
+	eventually(t, patience, "the failure is counted", func() bool { return s.Stats().Errors > 0 })
 	if s.Healthy() {
 		t.Error("healthy without Redis")
 	}
@@ -231,7 +236,7 @@ func TestJoinAfterStart(t *testing.T) {
 	b := mustBreaker(t, s, "b", "k", testPolicy())
 	trip(t, b, 5) // opened alone while Redis is down
 	srv.Start()
-	eventually(t, 5*time.Second, "the verdict reaches Redis", func() bool {
+	eventually(t, patience, "the verdict reaches Redis", func() bool {
 		return stored(t, srv.Client(), prefix+"k")["state"] == "open"
 	})
 }
@@ -274,7 +279,7 @@ func TestGarbageIgnored(t *testing.T) {
 	// A well-formed announcement for a key holding garbage: the key is read, not the message
 	// believed.
 	c.Publish(ctx, other.cfg.channel, format+" 99 open 1 0 "+prefix+"str")
-	eventually(t, time.Second, "garbage counted", func() bool { return other.Stats().Garbage >= before+3 })
+	eventually(t, patience, "garbage counted", func() bool { return other.Stats().Garbage >= before+3 })
 	ob := lookup(t, other, "str")
 	if ob.State() != breaker.Closed {
 		t.Error("a forged announcement was believed")
@@ -286,7 +291,7 @@ func TestGarbageIgnored(t *testing.T) {
 	// Once the garbage is removed, the key is shared again.
 	c.Del(ctx, prefix+"str")
 	lookup(t, s, "str").Trip()
-	eventually(t, time.Second, "shared again", func() bool { return ob.State() == breaker.Open })
+	eventually(t, patience, "shared again", func() bool { return ob.State() == breaker.Open })
 }
 
 func lookup(t *testing.T, s *Store, name string) *breaker.Breaker {
@@ -341,14 +346,14 @@ func TestProbesNotShared(t *testing.T) {
 		"since", encodeSince(openedAt), "hos", "0")
 	settle(t, one)
 	settle(t, other)
-	eventually(t, 2*time.Second, "both adopt the open period", func() bool {
+	eventually(t, patience, "both adopt the open period", func() bool {
 		return a.Verdict().State != breaker.Closed && b.Verdict().State != breaker.Closed
 	})
 	// a goes half-open with its first probe, and shares that; b follows into half-open.
 	if err := a.Execute(context.Background(), succeed); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "b adopts the half-open period", func() bool {
+	eventually(t, patience, "b adopts the half-open period", func() bool {
 		return b.State() == breaker.HalfOpen
 	})
 	if err := b.Execute(context.Background(), succeed); err != nil {
@@ -373,7 +378,7 @@ func TestProbesNotShared(t *testing.T) {
 	if a.State() != breaker.Closed {
 		t.Fatalf("a is %v after two probe successes", a.State())
 	}
-	eventually(t, 2*time.Second, "b adopts the Closed verdict", func() bool {
+	eventually(t, patience, "b adopts the Closed verdict", func() bool {
 		return b.State() == breaker.Closed
 	})
 	if got := stored(t, c, prefix+"k"); got["state"] != "closed" {
@@ -396,7 +401,7 @@ func TestRegistry(t *testing.T) {
 	}
 	a := r1.Get("payments")
 	b := r2.Get("payments") // created after the registry was attached
-	eventually(t, 2*time.Second, "registry breakers attached", func() bool {
+	eventually(t, patience, "registry breakers attached", func() bool {
 		return settle(t, one) && settle(t, other) && len(one.byNameSnapshot()) == 1 && len(other.byNameSnapshot()) == 1
 	})
 	trip(t, a, 5)
@@ -458,7 +463,7 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	for range 5 {
 		cycle()
 	}
-	eventually(t, 2*time.Second, "goroutines return to their number before", func() bool {
+	eventually(t, patience, "goroutines return to their number before", func() bool {
 		return runtime.NumGoroutine() <= before
 	})
 }

@@ -33,7 +33,7 @@ func TestEarnedCloseBeatsTimedOutHalfOpen(t *testing.T) {
 	ready(t, sb)
 
 	a.Trip()
-	eventually(t, 5*time.Second, "b adopts a's open verdict", func() bool { return b.State() == breaker.Open })
+	eventually(t, patience, "b adopts a's open verdict", func() bool { return b.State() == breaker.Open })
 	settle(t, sa)
 	settle(t, sb)
 	openEpoch := epoch(t, sb, "b")
@@ -45,7 +45,7 @@ func TestEarnedCloseBeatsTimedOutHalfOpen(t *testing.T) {
 	if s := a.State(); s != breaker.HalfOpen {
 		t.Fatalf("a: %v, want half-open by its timeout", s)
 	}
-	eventually(t, 5*time.Second, "a publishes its half-open", func() bool {
+	eventually(t, patience, "a publishes its half-open", func() bool {
 		return stored(t, srv.Client(), prefix+"k")["state"] == "half_open"
 	})
 	if err := b.Execute(context.Background(), succeed); err != nil {
@@ -73,7 +73,7 @@ func TestEarnedCloseBeatsTimedOutHalfOpen(t *testing.T) {
 	if e := epoch(t, sb, "b"); e != openEpoch+2 {
 		t.Errorf("b knows epoch %d, want %d (a's half-open, then b's close on top)", e, openEpoch+2)
 	}
-	eventually(t, 5*time.Second, "a adopts the close", func() bool { return a.State() == breaker.Closed })
+	eventually(t, patience, "a adopts the close", func() bool { return a.State() == breaker.Closed })
 }
 
 // mustBreakerOn is mustBreaker with the breaker reading clock.

@@ -77,10 +77,14 @@ func (p *planner) sidecarContainer(image string) corev1.Container {
 		wiring = tokenMount()
 	}
 	return corev1.Container{
-		Name:          SidecarName,
-		Image:         image,
-		Args:          []string{"--socket", socket},
-		RestartPolicy: &always,
+		Name:  SidecarName,
+		Image: image,
+		// Not the default for a :latest tag (Always), which asks a registry every time a
+		// pod starts: an image loaded onto the node by hand (a local cluster, an
+		// air-gapped one) is used as it is, and a registry's is pulled once per node.
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Args:            []string{"--socket", socket},
+		RestartPolicy:   &always,
 		StartupProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{SidecarBinary, "--probe", "--socket", socket}}},
 			PeriodSeconds:    1,

@@ -41,6 +41,11 @@ func TestSidecar(t *testing.T) {
 		if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways || sc.Image != DefaultSidecarImage {
 			t.Errorf("sidecar %+v: want restartPolicy Always and the default image", sc)
 		}
+		// The default image is :latest, whose implied pull policy (Always) would refuse an
+		// image loaded onto the node by hand (issue 35).
+		if sc.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("sidecar pull policy %q, want IfNotPresent", sc.ImagePullPolicy)
+		}
 		hasInjected(t, "sidecar", sc)
 		if pr := sc.StartupProbe; pr == nil || pr.Exec == nil || !slices.Equal(pr.Exec.Command, []string{SidecarBinary, "--probe", "--socket", SocketDir + "/fusebox.sock"}) {
 			t.Errorf("sidecar startup probe %+v: want fuseboxd --probe on the socket", pr)

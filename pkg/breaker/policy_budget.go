@@ -8,9 +8,10 @@ import (
 // The policy's pointer fields (RetryBudget, Throttle): their validation, and the copying
 // and comparison by value that the pointers would otherwise defeat.
 
-// validateBeyond refuses a RetryBudget or Throttle no breaker could use; the CRD's tighter
-// bounds (percent from 1, minPerSecond up to 10000, k up to 10) are the operator's.
-func (p Policy) validateBeyond() []error {
+// validateBudgetAndThrottle refuses a RetryBudget or Throttle no breaker could use; the
+// CRD's tighter bounds (percent from 1, minPerSecond up to 10000, k up to 10) are the
+// operator's.
+func (p Policy) validateBudgetAndThrottle() []error {
 	var errs []error
 	if rb := p.RetryBudget; rb != nil {
 		if rb.Percent < 0 || rb.Percent > 100 {

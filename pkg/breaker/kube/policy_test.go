@@ -1,0 +1,151 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+)
+
+// The document docs/design.md §4 shows, which publishes the library's default policy.
+const designExample = `{
+  "name": "payments-api",
+  "generation": 3,
+  "openTimeout": "30s",
+  "window": "10s",
+  "failureRatio": 0.5,
+  "minimumThroughput": 20,
+  "successThreshold": 2,
+  "halfOpenPermittedCalls": 1,
+  "mode": "Enforce",
+  "scope": "Pod"
+}`
+
+func TestPolicyOfTheDesignExample(t *testing.T) {
+	c, err := breakerconfig.Parse([]byte(designExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := PolicyOf(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != breaker.DefaultPolicy() {
+		t.Errorf("policy %+v, want the default %+v", p, breaker.DefaultPolicy())
+	}
+	// And the default policy publishes as that document.
+	doc, err := breakerconfig.Marshal(ConfigOf("payments-api", 3, breaker.DefaultPolicy(), breakerconfig.ScopePod))
+	if err != nil || string(doc) != designExample {
+		t.Errorf("ConfigOf(DefaultPolicy) rendered\n%s\n%v", doc, err)
+	}
+}
+
+// What ConfigOf publishes reads back as the same policy, the fleet policies included, and
+// the policy read shares nothing with the document it came from.
+func TestPolicyOfTheFleetPolicies(t *testing.T) {
+	p := breaker.DefaultPolicy()
+	p.RetryBudget = &breaker.RetryBudget{Percent: 20, MinPerSecond: 10}
+	p.Throttle = &breaker.Throttle{K: 1.5}
+	doc, err := breakerconfig.Marshal(ConfigOf("payments-api", 3, p, breakerconfig.ScopePod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"percent": 20`, `"minPerSecond": 10`, `"k": 1.5`} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("ConfigOf rendered no %s:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(string(doc), `"fleet"`) {
+		t.Errorf("ConfigOf rendered fleet counts, which are the operator's:\n%s", doc)
+	}
+	c, err := breakerconfig.Parse(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := PolicyOf(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.RetryBudget == nil || *back.RetryBudget != *p.RetryBudget || back.Throttle == nil || *back.Throttle != *p.Throttle {
+		t.Fatalf("policy %+v %+v", back.RetryBudget, back.Throttle)
+	}
+	c.RetryBudget.Percent, c.Throttle.K = 99, 9
+	if back.RetryBudget.Percent != 20 || back.Throttle.K != 1.5 {
+		t.Error("changing the config changed the policy made from it")
+	}
+	// Without either policy, neither is read into the policy.
+	plain, err := breakerconfig.Parse([]byte(designExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := PolicyOf(plain); p.RetryBudget != nil || p.Throttle != nil {
+		t.Errorf("a plain document read as fleet policies: %+v", p)
+	}
+	f := breakerconfig.Fleet{Pods: 200, Requests: 12345, Accepts: 6000}
+	if got := fleetOf(f); got != (breaker.Fleet{Pods: 200, Requests: 12345, Accepts: 6000}) {
+		t.Errorf("fleetOf(%+v) = %+v", f, got)
+	}
+}
+
+// A document Validate refuses converts to no policy, with the same error.
+func TestPolicyOfRefusesWhatValidateRefuses(t *testing.T) {
+	c, err := breakerconfig.Parse([]byte(designExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MinimumThroughput = 0
+	if _, err := PolicyOf(c); err == nil || !strings.Contains(err.Error(), "minimumThroughput") {
+		t.Errorf("PolicyOf with minimumThroughput 0: %v", err)
+	}
+}
+
+func TestStateOf(t *testing.T) {
+	for s, want := range map[string]breaker.State{breakerconfig.StateClosed: breaker.Closed,
+		breakerconfig.StateOpen: breaker.Open, breakerconfig.StateHalfOpen: breaker.HalfOpen} {
+		if st, ok := stateOf(s); !ok || st != want {
+			t.Errorf("stateOf(%q) = %v, %v", s, st, ok)
+		}
+	}
+	for _, s := range []string{"ajar", "open", "half_open", ""} {
+		if _, ok := stateOf(s); ok {
+			t.Errorf("stateOf accepted %q", s)
+		}
+	}
+}
+
+// The library's Group summary names as many keys as the report may carry.
+func TestWorstKeysBound(t *testing.T) {
+	if breaker.SummaryWorstKeys != breakerconfig.MaxWorstKeys {
+		t.Errorf("breaker.SummaryWorstKeys = %d, breakerconfig.MaxWorstKeys = %d", breaker.SummaryWorstKeys, breakerconfig.MaxWorstKeys)
+	}
+}
+
+// Whatever the bytes, a document Parse accepts converts to a policy the breaker takes:
+// the wire's rules are the breaker's and more.
+func FuzzPolicyOf(f *testing.F) {
+	f.Add([]byte(designExample))
+	f.Add([]byte(`{"name":"x","openTimeout":"1ns","window":"1h","failureRatio":1,"minimumThroughput":1,"successThreshold":1,"halfOpenPermittedCalls":1,"mode":"","scope":""}`))
+	f.Add([]byte(strings.Replace(designExample, `"scope": "Pod"`, `"scope": "Fleet", "slowCallDuration": "1.5s", "slowCallRatio": 0.8, "maxOpenTimeout": "5m",
+  "retryBudget": {"percent": 0, "minPerSecond": 0}, "throttle": {"k": 1},
+  "verdict": {"state": "Open", "since": "2026-11-29T10:00:00.123Z", "consecutiveOpens": 3, "openTimeout": "2m0s"}`, 1)))
+	f.Add([]byte(strings.Replace(designExample, `"scope": "Pod"`, `"scope": "Pod", "slowCallRatio": 0.3, "maxOpenTimeout": "30s"`, 1)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := breakerconfig.Parse(data)
+		if err != nil {
+			return
+		}
+		p, err := PolicyOf(c)
+		if err != nil {
+			t.Fatalf("Parse accepted a config whose policy is invalid: %v", err)
+		}
+		if _, err := breaker.New(c.Name, p); err != nil {
+			t.Fatalf("breaker.New refused a parsed policy: %v", err)
+		}
+		if v := c.Verdict; v != nil {
+			if _, ok := stateOf(v.State); !ok {
+				t.Fatalf("Parse accepted verdict state %q, which stateOf does not know", v.State)
+			}
+		}
+	})
+}
