@@ -158,6 +158,15 @@ type CircuitBreakerStatus struct {
 	// +kubebuilder:validation:MaxItems=20
 	Members []MemberStatus `json:"members,omitempty"`
 
+	// revisions adds the reporting pods up per revision of their workload, at most
+	// 10, most pods first (docs/design.md §10): what a rollout gate judges.
+	// Pods that carry no revision label are left out.
+	// +optional
+	// +listType=map
+	// +listMapKey=revision
+	// +kubebuilder:validation:MaxItems=10
+	Revisions []RevisionStatus `json:"revisions,omitempty"`
+
 	// conditions are the latest observations of the breaker: Ready (its
 	// configuration is valid and published), Open (its state is Open; with
 	// scope Fleet, the fleet verdict), ConfigApplied (every reporting pod

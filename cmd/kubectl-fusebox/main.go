@@ -1,7 +1,7 @@
 // Command kubectl-fusebox is the kubectl plugin for Fusebox: with the binary
-// on PATH, `kubectl fusebox status|open|close|release|watch|dashboard` shows
-// and overrides CircuitBreakers, taking every kubectl connection flag
-// (--kubeconfig, --context, -n, -A, ...).
+// on PATH, `kubectl fusebox status|open|close|release|watch|dashboard|gate`
+// shows and overrides CircuitBreakers and judges rollouts by them, taking every
+// kubectl connection flag (--kubeconfig, --context, -n, -A, ...).
 package main
 
 import (
@@ -27,8 +27,10 @@ func main() {
 	cmd := plugin.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	err := cmd.ExecuteContext(ctx)
 	stop()
-	if err != nil {
+	// gate exits 0, 1 or 2 by its judgement, and 3 when it judged nothing.
+	code, silent := plugin.ExitCode(err)
+	if !silent {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
 	}
+	os.Exit(code)
 }

@@ -28,6 +28,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/controller"
+	"github.com/fusebox-dev/fusebox/internal/gateserver"
 	fuseboxwebhook "github.com/fusebox-dev/fusebox/pkg/webhook"
 )
 
@@ -68,6 +69,8 @@ func run() error {
 	webhookOpts := fuseboxwebhook.DefaultOptions()
 	webhookOpts.Host = listen.webhooks
 	webhookOpts.BindFlags(flag.CommandLine)
+	gateOpts := gateserver.DefaultOptions()
+	gateOpts.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -108,6 +111,9 @@ func run() error {
 	if err := fuseboxwebhook.Setup(mgr, webhookOpts); err != nil {
 		return fmt.Errorf("set up webhooks: %w", err)
 	}
+	if err := addGate(mgr, gateOpts); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
 	}
@@ -144,6 +150,22 @@ func metricsServerOptions(addr string, secure bool) metricsserver.Options {
 		opts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	}
 	return opts
+}
+
+// addGate serves the rollout gate (docs/rollouts.md) from every replica, reading the
+// manager's cache.
+func addGate(mgr ctrl.Manager, opts gateserver.Options) error {
+	if !opts.Enabled() {
+		return nil
+	}
+	gate, err := gateserver.New(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetClient(), opts)
+	if err != nil {
+		return fmt.Errorf("set up the rollout gate: %w", err)
+	}
+	if err := mgr.Add(gate); err != nil {
+		return fmt.Errorf("set up the rollout gate: %w", err)
+	}
+	return nil
 }
 
 // cacheOptions restricts the cache to the watched namespaces, and to what the

@@ -273,4 +273,8 @@ pod of a namespace with the label fusebox.dev/node-agent=enabled (docs/webhooks.
 Metrics: https://fusebox-controller-manager-metrics-service.{{ .Release.Namespace }}.svc:8443/metrics,
 for service accounts bound to the fusebox-metrics-reader ClusterRole.
 {{- end }}
+
+Rollout gate (Argo Rollouts, Flagger, kubectl fusebox gate; docs/rollouts.md):
+  https://fusebox-gate.{{ .Release.Namespace }}.svc:8444/v1/namespaces/NAMESPACE/circuitbreakers/NAME/gate?revision=R
+for callers bound to the fusebox-gate-reader ClusterRole in NAMESPACE.
 `

@@ -242,8 +242,9 @@ func CacheByObject() map[client.Object]cache.ByObject {
 
 // trimPod keeps of a pod what the reconciler reads: its name, namespace and UID (whose
 // report it is), its node (which node's report may speak for it), its phase (whether it
-// still runs), its labels and Ready condition (whether it is a node agent that counts)
-// and its creation and deletion times (since when an agent that was never Ready is not).
+// still runs), its labels (its revision, docs/design.md §10, and whether it is a node
+// agent), its Ready condition (whether an agent counts) and its creation and deletion
+// times (since when an agent that was never Ready is not).
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {

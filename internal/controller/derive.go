@@ -107,6 +107,13 @@ func (d *deriver) derive(ctx context.Context, name string, nodes []string) (deri
 			}
 		}
 		state.members = podMembers(name, c.entries, seen)
+		// The Pod's word, not the report's (countPod counts entries only of a pod it has).
+		if pod != nil {
+			rev := resiliencev1alpha1.RevisionOf(pod.Labels)
+			for i := range state.members {
+				state.members[i].revision = rev
+			}
+		}
 	}
 	out.state = state
 	return out, nil

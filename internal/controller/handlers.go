@@ -114,7 +114,8 @@ func (r *CircuitBreakerReconciler) indexing(next handler.EventHandler) handler.E
 }
 
 // podEvents reconciles a namespace when one of the pods its reports speak for appears,
-// is bound to a node, ends or goes (what decides whether its report counts), and every
+// is bound to a node, ends or goes (what decides whether its report counts) or is
+// relabelled to another revision (status.revisions), and every
 // namespace where a node's report counts pods when that node's agent appears, goes or
 // changes its readiness. Other pods' events, most of a cluster's, cost a map lookup.
 func (r *CircuitBreakerReconciler) podEvents() handler.EventHandler {
@@ -131,7 +132,8 @@ func (r *CircuitBreakerReconciler) podEvents() handler.EventHandler {
 				q.Add(namespaceKey(ns))
 			}
 		}
-		if old != nil && old.Status.Phase == pod.Status.Phase && old.Spec.NodeName == pod.Spec.NodeName {
+		if old != nil && old.Status.Phase == pod.Status.Phase && old.Spec.NodeName == pod.Spec.NodeName &&
+			resiliencev1alpha1.RevisionOf(old.Labels) == resiliencev1alpha1.RevisionOf(pod.Labels) {
 			return
 		}
 		if r.index.markPod(pod.Namespace, pod.Name) {

@@ -377,7 +377,7 @@ func (ns *namespaceIndex) replaceMembers(pod string, old, fresh *podState) {
 
 // sameMember reports whether two members of one pod say the same.
 func sameMember(a, b member) bool {
-	return a.since.Equal(b.since) && equality.Semantic.DeepEqual(a.entry, b.entry)
+	return a.since.Equal(b.since) && a.revision == b.revision && equality.Semantic.DeepEqual(a.entry, b.entry)
 }
 
 // read returns what a reconcile of the namespace reads: the snapshot of each named breaker

@@ -38,6 +38,8 @@ type breakerView struct {
 	traffic *resiliencev1alpha1.FleetTraffic
 	// candidate is status.candidate but its since: set for a breaker with a candidate.
 	candidate *resiliencev1alpha1.CandidateStatus
+	// revisions is status.revisions (aggregateRevisions).
+	revisions []resiliencev1alpha1.RevisionStatus
 	// oddShape names the pods left out for reporting the breaker in the other shape
 	// (breaker Group or plain) than the rest (oddShapes).
 	oddShape []string
@@ -104,6 +106,7 @@ func aggregate(cb *resiliencev1alpha1.CircuitBreaker, members []member) breakerV
 	}
 	slices.Sort(v.rejected)
 	v.keys = aggregateKeys(members)
+	v.revisions = aggregateRevisions(cb, members)
 	// A breaker Group shares nothing across the fleet: its state is its pods', as with
 	// scope Pod.
 	if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet && v.keys == nil {

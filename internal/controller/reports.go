@@ -23,6 +23,9 @@ type member struct {
 	// since is entry.Since as the operator attests it: at most the skew after the
 	// operator first saw the entry (attested).
 	since time.Time
+	// revision is the pod's revision, from its labels in the pod cache (revisions.go);
+	// "" when it carries none.
+	revision string
 }
 
 // namespaceReports is what the running pods of a namespace report, by breaker name,

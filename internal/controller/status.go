@@ -52,6 +52,7 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.consecutiveOpens, v.openTimeout, v.keys
 	desired.Status.Traffic = v.traffic
 	desired.Status.Candidate = candidateSince(o.breaker.Status.Candidate, v.candidate)
+	desired.Status.Revisions = v.revisions
 	if o.err != nil || !o.changed {
 		desired.Status.ObservedGeneration = desired.Generation
 		setReadyCondition(desired, o.err)
@@ -120,12 +121,14 @@ func (r *CircuitBreakerReconciler) writeWait(key client.ObjectKey, cb, desired *
 }
 
 // countsOnly reports whether desired changes nothing of cb's status but counts and the
-// member list: no state, generation, open period, candidate state or condition.
+// member list: no state, generation, open period, candidate state, condition or
+// revision's verdict.
 func countsOnly(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
 	if cb.Status.State != desired.Status.State || cb.Status.ObservedGeneration != desired.Status.ObservedGeneration ||
 		cb.Status.MemberCounts == nil || desired.Status.MemberCounts == nil ||
 		cb.Status.ConsecutiveOpens != desired.Status.ConsecutiveOpens || // a re-open, at most one per open period
-		candidateStateOf(cb) != candidateStateOf(desired) {
+		candidateStateOf(cb) != candidateStateOf(desired) ||
+		revisionsMoved(cb.Status.Revisions, desired.Status.Revisions) {
 		return false
 	}
 	for _, c := range desired.Status.Conditions {

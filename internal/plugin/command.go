@@ -47,7 +47,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 and holds a circuit open or closed for a bounded time (open, close, release)
 through spec.override, which the operator hands back to spec.mode when it ends.
 It compares a candidate policy judged in shadow with the enforced one
-(candidate) and makes it the enforced one (promote).`,
+(candidate), makes it the enforced one (promote), and judges a rollout's revision
+as the operator's rollout gate does (gate).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fusebox"},
@@ -65,6 +66,7 @@ It compares a candidate policy judged in shadow with the enforced one
 		newDashboardCommand(o),
 		newCandidateCommand(o),
 		newPromoteCommand(o),
+		newGateCommand(o),
 	)
 	return root
 }

@@ -408,8 +408,9 @@ func listedMembers(cb *resiliencev1alpha1.CircuitBreaker) []string {
 	return out
 }
 
-// nodeGoneSpecs run last, after the uninstall: a node deleted from the API takes its
-// pods with it, which no spec after could do without.
+// nodeGoneSpecs run after the uninstall and before make deploy's specs: a node deleted
+// from the API takes its pods with it, which no spec after needs, and make undeploy
+// deletes the CRDs, so the reports this judges must go before.
 func nodeGoneSpecs() {
 	It("garbage-collects the node reports of a node deleted from the API", func(ctx SpecContext) {
 		nodes := needNodes(ctx, 2)

@@ -8,8 +8,8 @@ import (
 
 // One install, one example application, in the order a user meets them: each spec leaves
 // the cluster as the next one expects it (the nodes' network first, then the operator
-// installed, scaled, given its node agents, upgraded and uninstalled, then deployed the
-// other way, with kustomize, and undeployed, and a node deleted). A failed spec does not
+// installed, scaled, given its node agents, upgraded and uninstalled, a node deleted,
+// then deployed the other way, with kustomize, and undeployed). A failed spec does not
 // stop the rest, which say what else works.
 var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cluster"), func() {
 	BeforeAll(func() {
@@ -27,10 +27,13 @@ var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cl
 	Describe("the fuseboxd sidecar", sidecarSpecs)
 	Describe("pod identity and the garbage collector", identitySpecs)
 	Describe("config propagation", propagationSpecs)
+	Describe(rolloutsContainer, Ordered, rolloutSpecs)
 	Describe("leader election", failoverSpecs)
 	Describe("the node agent on two nodes", Ordered, twoNodes, nodeAgentSpecs)
 	Describe("upgrade and uninstall", upgradeSpecs)
-	Describe("installed with make deploy", deploySpecs)
-	// Last: the second node's pods go with it.
+	// After the uninstall, so that only the garbage collector deletes node reports, and
+	// before make undeploy, which deletes the CRDs and every report with them. The second
+	// node's pods go with it: what follows runs on the first.
 	Describe("a node deleted from the API", twoNodes, nodeGoneSpecs)
+	Describe("installed with make deploy", deploySpecs)
 })

@@ -9,7 +9,7 @@
 #      example's (`make image-example`), the fuseboxd sidecar's (as `make
 #      image-fuseboxd`, for this platform), hack/fuseboxd-worker's, the client that
 #      uses the sidecar's socket, and hack/cluster/netcheck's, a pod's view of the
-#      network between the nodes;
+#      network between the nodes; and the Argo Rollouts controller (hack/rollouts.sh);
 #   2. snapshot the host, `hack/cluster.sh up --nodes N`, load the images (into every
 #      node);
 #   3. run the suite inside the first node's network namespace (`hack/cluster.sh exec`);
@@ -103,6 +103,9 @@ native="linux/$(go env GOARCH)"
 (cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/cluster/netcheck -entrypoint /netcheck -title netcheck \
 	-tag "${netcheck}" -platforms "${native}" -layout "${out}/image-netcheck" -archive "${out}/image-netcheck.tar") >&2
 rm -rf "${out}/image-fuseboxd" "${out}/image-worker" "${out}/image-netcheck"
+# The Argo Rollouts controller the rollout gate specs run (docs/rollouts.md): built from
+# its Go module once, cached with the cluster's binaries.
+rollouts="$(hack/rollouts.sh)"
 
 owned=0
 baseline=""
@@ -133,7 +136,7 @@ rc=0
 setsid hack/cluster.sh exec -- "${out}/cluster.test" -test.v -test.timeout 60m \
 	-ginkgo.label-filter "${labels}" -ginkgo.v -ginkgo.no-color -ginkgo.timeout 50m \
 	-root "${root}" -image "${img}" -rebuilt-image "${rebuilt}" -example-image "${example}" \
-	-fuseboxd-image "${fuseboxd}" -worker-image "${worker}" -netcheck-image "${netcheck}" \
+	-fuseboxd-image "${fuseboxd}" -worker-image "${worker}" -netcheck-image "${netcheck}" -rollouts "${rollouts}" \
 	-timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" -nodes "${nodes}" \
 	${CLUSTER_TEST_FLAGS:-} &
 suite=$!

@@ -38,6 +38,7 @@ var (
 	exampleImage  = flag.String("example-image", os.Getenv("FUSEBOX_EXAMPLE_IMAGE"), "The example application's image, when not the one examples/in-cluster/deploy/app.yaml names.")
 	fuseboxdImage = flag.String("fuseboxd-image", os.Getenv("FUSEBOXD_IMAGE"), "The fuseboxd sidecar image `make image-fuseboxd` built and hack/cluster.sh loaded; the chart is installed with it.")
 	workerImage   = flag.String("worker-image", os.Getenv("WORKER_IMAGE"), "The image of hack/fuseboxd-worker, the client of the sidecar's socket, built by hack/image and loaded.")
+	rolloutsDir   = flag.String("rollouts", os.Getenv("ROLLOUTS_DIR"), "The Argo Rollouts build hack/rollouts.sh prints: rollouts-controller, crds/, clusterrole.yaml.")
 	netcheckImage = flag.String("netcheck-image", os.Getenv("NETCHECK_IMAGE"), "The image of hack/cluster/netcheck, a pod's view of the network between the nodes, built by hack/image and loaded.")
 	nodeCount     = flag.Int("nodes", 0, "How many nodes `hack/cluster.sh up --nodes` started (0: not given); the host spec checks that it looked at every node's namespaces.")
 	kubectlBin    = flag.String("kubectl", envOr("KUBECTL", "kubectl"), "The kubectl binary.")
