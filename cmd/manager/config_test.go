@@ -68,13 +68,14 @@ func TestListenDefaults(t *testing.T) {
 		"secure metrics":      out.metrics("", true),
 		"health probes":       out.probes,
 		"webhook server host": out.webhooks,
+		"rollout gate":        out.gate,
 	} {
 		if !loopback(addr) {
 			t.Errorf("outside a pod, %s on %q, want loopback", what, addr)
 		}
 	}
 	in := listenDefaults(true)
-	if in.metrics("", true) != ":8443" || in.metrics("", false) != ":8080" || in.probes != ":8081" || in.webhooks != "" {
+	if in.metrics("", true) != ":8443" || in.metrics("", false) != ":8080" || in.probes != ":8081" || in.webhooks != "" || in.gate != ":8444" {
 		t.Errorf("in a pod: %+v, want every interface", in)
 	}
 	if got := out.metrics("0", false); got != "0" {

@@ -70,6 +70,7 @@ func run() error {
 	webhookOpts.Host = listen.webhooks
 	webhookOpts.BindFlags(flag.CommandLine)
 	gateOpts := gateserver.DefaultOptions()
+	gateOpts.BindAddress = listen.gate
 	gateOpts.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -210,6 +211,7 @@ type listening struct {
 	host     string // of the metrics endpoint
 	probes   string
 	webhooks string // the webhook server's host
+	gate     string // the rollout gate's address
 }
 
 // listenDefaults: in a pod, every interface, for the kubelet's probes, the Service of
@@ -218,9 +220,9 @@ type listening struct {
 // metrics of a local run answer without authentication.
 func listenDefaults(inCluster bool) listening {
 	if inCluster {
-		return listening{probes: ":8081"}
+		return listening{probes: ":8081", gate: gateserver.DefaultBindAddress}
 	}
-	return listening{host: "127.0.0.1", probes: "127.0.0.1:8081", webhooks: "127.0.0.1"}
+	return listening{host: "127.0.0.1", probes: "127.0.0.1:8081", webhooks: "127.0.0.1", gate: "127.0.0.1" + gateserver.DefaultBindAddress}
 }
 
 // metrics is the metrics endpoint's address: addr if the flag set one, else port 8443

@@ -13,13 +13,13 @@ import (
 type Phase string
 
 const (
-	// PhaseSuccessful: the revision's circuit is closed and it made enough calls to
+	// PhaseSuccessful says the revision's circuit is closed and it made enough calls to
 	// say so, or its baseline is the one failing.
 	PhaseSuccessful Phase = "Successful"
-	// PhaseFailed: the revision's circuit is open while its baseline's is not: its
+	// PhaseFailed says the revision's circuit is open while its baseline's is not: its
 	// pods fail where the baseline's do not.
 	PhaseFailed Phase = "Failed"
-	// PhaseInconclusive: the breakers cannot tell: both revisions are open (the
+	// PhaseInconclusive says the breakers cannot tell: both revisions are open (the
 	// dependency fails for everyone), the revision is too quiet, it has no reporting
 	// pods or nothing to be compared with, or the breaker is forced.
 	PhaseInconclusive Phase = "Inconclusive"

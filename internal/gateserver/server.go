@@ -152,7 +152,7 @@ func (s *Server) Handler() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "%s: the gate answers GET (Argo Rollouts' web provider, kubectl fusebox gate) and POST (Flagger's webhooks)", r.Method)
 		}
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "no such path: the gate is GET or POST /v1/namespaces/NAMESPACE/circuitbreakers/NAME/gate?revision=R[&baseline=B]")
 	})
 	return mux

@@ -75,7 +75,8 @@ func ClaimDir(dir, kubeconfig string) (*Claim, error) {
 		abs = kubeconfig
 	}
 	say := fmt.Sprintf("pid %d\nsince %s\nkubeconfig %s\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339), abs)
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(say), 0)
 	}
 	if err != nil {
