@@ -18,7 +18,10 @@ import (
 
 // Candidate policies (docs/design.md §11): `candidate NAME` sets what the candidate did in
 // shadow beside what the enforced policy did over the same span, and `promote NAME`
-// makes the candidate the spec in one update guarded by the resourceVersion read.
+// makes the candidate the spec in one update guarded by the resourceVersion read. The
+// operator writes status often, and a status write moves the resourceVersion too; so a
+// conflict whose only cause is status (the spec's generation unchanged) is read again
+// and retried, and only an edit of the spec fails the promotion.
 
 func newCandidateCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
@@ -27,7 +30,7 @@ func newCandidateCommand(o *Options) *cobra.Command {
 		Long: `Show what spec.candidate did across the pods, judged in shadow on the calls
 they ran (it refuses none), beside what the enforced policy did over the same
 span: opens, time open, calls refused against calls the candidate would have
-refused. The resourceVersion shown is the one to give promote --resource-version.`,
+refused. The generation shown is the one to give promote --generation.`,
 		Example: `  kubectl fusebox candidate payments -n shop`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -37,22 +40,23 @@ refused. The resourceVersion shown is the one to give promote --resource-version
 }
 
 func newPromoteCommand(o *Options) *cobra.Command {
-	var version string
+	var generation int64
 	cmd := &cobra.Command{
 		Use:   "promote NAME",
 		Short: "Make a breaker's candidate policy the enforced one",
 		Long: `Move spec.candidate into the spec: each field the candidate sets replaces the
 spec's, and the candidate is removed, in one update guarded by the
-resourceVersion, so an edit made meanwhile makes it fail rather than be lost.
-With --resource-version it promotes only the version you looked at.`,
+resourceVersion, so an edit of the spec made meanwhile makes it fail rather than
+be lost (the operator's status writes do not). With --generation it promotes only
+the spec you looked at.`,
 		Example: `  kubectl fusebox candidate payments -n shop
-  kubectl fusebox promote payments -n shop --resource-version 48213`,
+  kubectl fusebox promote payments -n shop --generation 7`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.promote(cmd.Context(), args[0], version)
+			return o.promote(cmd.Context(), args[0], generation)
 		},
 	}
-	cmd.Flags().StringVar(&version, "resource-version", "", "Promote only if the CircuitBreaker is still at this resourceVersion (as `candidate` shows it).")
+	cmd.Flags().Int64Var(&generation, "generation", 0, "Promote only if the CircuitBreaker's spec is still at this generation (as `candidate` shows it).")
 	return cmd
 }
 
@@ -88,7 +92,7 @@ func (o *Options) showCandidate(ctx context.Context, name string) error {
 
 // writeCandidate writes the comparison of cb's candidate with its enforced policy.
 func writeCandidate(out io.Writer, cb *resiliencev1alpha1.CircuitBreaker, now time.Time) {
-	fmt.Fprintf(out, "circuitbreaker/%s (resourceVersion %s)\n", cb.Name, cb.ResourceVersion)
+	fmt.Fprintf(out, "circuitbreaker/%s (generation %d)\n", cb.Name, cb.Generation)
 	fmt.Fprintf(out, "Candidate: %s\n", strings.Join(policyChanges(cb.Spec), ", "))
 	st := cb.Status.Candidate
 	if st == nil || st.Pods == 0 || st.State == "" {
@@ -177,33 +181,47 @@ func durationOrDefault(d *metav1.Duration) string {
 
 // promote moves the breaker's candidate into its spec with one update, which the API
 // server refuses if the object changed since it was read (or since version, if given).
-func (o *Options) promote(ctx context.Context, name, version string) error {
-	cb, ns, err := o.getBreakerNamed(ctx, name)
-	if err != nil {
-		return err
-	}
-	if version != "" && cb.ResourceVersion != version {
-		return fmt.Errorf("circuitbreaker/%s changed since resourceVersion %s (it is at %s now): someone edited it; look again with `kubectl fusebox candidate %s` and promote what you see", name, version, cb.ResourceVersion, name)
-	}
-	if cb.Spec.Candidate == nil {
-		return fmt.Errorf("circuitbreaker/%s has no candidate policy (spec.candidate) to promote", name)
-	}
-	changes := policyChanges(cb.Spec)
-	cb.Spec = cb.Spec.CandidateSpec()
+func (o *Options) promote(ctx context.Context, name string, generation int64) error {
 	c, err := o.client()
 	if err != nil {
 		return err
 	}
-	// Update carries the resourceVersion read: a write made since makes it a conflict.
-	if err := c.Update(ctx, cb); err != nil {
-		if apierrors.IsConflict(err) {
+	cb, ns, err := o.getBreakerNamed(ctx, name)
+	if err != nil {
+		return err
+	}
+	if generation != 0 && cb.Generation != generation {
+		return fmt.Errorf("circuitbreaker/%s's spec changed since generation %d (it is at %d now): someone edited it; look again with `kubectl fusebox candidate %s` and promote what you see", name, generation, cb.Generation, name)
+	}
+	read := cb.Generation
+	for attempt := 1; ; attempt++ {
+		if cb.Spec.Candidate == nil {
+			return fmt.Errorf("circuitbreaker/%s has no candidate policy (spec.candidate) to promote", name)
+		}
+		changes := policyChanges(cb.Spec)
+		cb.Spec = cb.Spec.CandidateSpec()
+		// Update carries the resourceVersion read: a write made since makes it a conflict.
+		err := c.Update(ctx, cb)
+		if err == nil {
+			fmt.Fprintf(o.Out, "circuitbreaker/%s: the candidate is the enforced policy now (%s); spec.candidate removed\n", name, strings.Join(changes, ", "))
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return notFound(err, ns, name)
+		}
+		if cb, _, err = o.getBreakerNamed(ctx, name); err != nil {
+			return err
+		}
+		// The operator's status writes move the resourceVersion but not the generation:
+		// only a changed spec is someone else's edit.
+		if cb.Generation != read || attempt == maxPromoteAttempts {
 			return fmt.Errorf("circuitbreaker/%s was changed by someone else after it was read, so nothing was promoted: look again with `kubectl fusebox candidate %s -n %s` and promote again", name, name, ns)
 		}
-		return notFound(err, ns, name)
 	}
-	fmt.Fprintf(o.Out, "circuitbreaker/%s: the candidate is the enforced policy now (%s); spec.candidate removed\n", name, strings.Join(changes, ", "))
-	return nil
 }
+
+// maxPromoteAttempts bounds the updates promote tries while only status moves under it.
+const maxPromoteAttempts = 5
 
 // candidateView is what the plugin shows of cb's candidate; nil without one.
 func candidateView(cb *resiliencev1alpha1.CircuitBreaker) *Candidate {

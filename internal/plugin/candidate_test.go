@@ -72,21 +72,21 @@ func TestCandidateAcrossTenPodsAndPromote(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"failureRatePercent 50 → 20", "minimumThroughput 20 → 5", "on 10 pods",
-		"0 refused", "420 would refuse", "resourceVersion " + cb.ResourceVersion} {
+		"0 refused", "420 would refuse", fmt.Sprintf("generation %d", cb.Generation)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("candidate does not say %q:\n%s", want, out)
 		}
 	}
 
 	// Someone edits the breaker after it was looked at: promoting what was seen fails.
-	seen := cb.ResourceVersion
+	seen := cb.Generation
 	patch := client.MergeFrom(cb.DeepCopy())
 	cb.Spec.OpenTimeout = &metav1.Duration{Duration: time.Minute}
 	if err := k8sClient.Patch(ctx, cb, patch); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = kubectlFusebox(ctx, "-n", ns, "promote", "payments", "--resource-version", seen)
-	if err == nil || !strings.Contains(err.Error(), "changed since resourceVersion "+seen) {
+	_, _, err = kubectlFusebox(ctx, "-n", ns, "promote", "payments", "--generation", fmt.Sprint(seen))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("changed since generation %d", seen)) {
 		t.Fatalf("promote of an edited version: %v, want a refusal saying it changed", err)
 	}
 	if getBreaker(t, ns, "payments").Spec.Candidate == nil {
