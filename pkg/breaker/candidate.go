@@ -75,8 +75,8 @@ func newSpanTally(s State, now int64) *spanTally {
 	return &spanTally{out: s != Closed, outSince: now}
 }
 
-// moved counts a transition from → to at now (monotonic). Caller holds its breaker's mu.
-func (s *spanTally) moved(from, to State, now int64) {
+// moved counts a transition to state to at now (monotonic). Caller holds its breaker's mu.
+func (s *spanTally) moved(to State, now int64) {
 	if to == Open {
 		s.opens++
 	}

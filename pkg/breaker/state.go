@@ -148,7 +148,7 @@ func (b *Breaker) transition(m move, now int64, pend *pending) {
 	b.probesInFlight, b.probeCalls, b.probeSuccesses = 0, 0, 0
 	b.awaitingProbe = false
 	if b.spans != nil {
-		b.spans.moved(from, m.to, now)
+		b.spans.moved(m.to, now)
 	}
 	// Every transition replaces the live bucket, even on opening (whose tally is kept in
 	// openTally): that is what tells the lock-free path its result is stale.

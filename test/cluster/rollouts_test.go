@@ -100,7 +100,7 @@ func rolloutSpecs() {
 		run := waitAnalysisRun(ctx, hash, "Failed")
 		Eventually(func(g Gomega) {
 			r := rolloutNow(g, ctx)
-			g.Expect(nested(r, "status", "abort")).To(Equal(true), "the rollout is aborted")
+			g.Expect(nested(r, "status", "abort")).To(BeTrue(), "the rollout is aborted")
 			g.Expect(nested(r, "status", "stableRS")).To(Equal(stable), "the stable revision stays")
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		record("failing canary → gate Failed → aborted", time.Since(start), "only the canary's pods call the failing upstream")
@@ -130,7 +130,7 @@ func rolloutSpecs() {
 		run := waitAnalysisRun(ctx, hash, "Inconclusive")
 		Eventually(func(g Gomega) {
 			r := rolloutNow(g, ctx)
-			g.Expect(nested(r, "status", "abort")).NotTo(Equal(true), "the rollout must not be aborted")
+			g.Expect(nested(r, "status", "abort")).NotTo(BeTrue(), "the rollout must not be aborted")
 			conds, _, _ := unstructured.NestedSlice(r.Object, "status", "pauseConditions")
 			g.Expect(conds).To(ContainElement(HaveKeyWithValue("reason", "InconclusiveAnalysisRun")))
 			g.Expect(nested(r, "status", "stableRS")).To(Equal(stable))

@@ -21,7 +21,7 @@ func TestReporterCarriesTheCandidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &reporter{wake: make(chan struct{}, 1), entries: map[string]*entry{}}
-	a := &applier{reg: reg, rep: r, log: slog.New(slog.DiscardHandler), created: make(chan struct{}, 1)}
+	a := &applier{reg: reg, rep: r, log: slog.New(slog.DiscardHandler), created: make(chan struct{}, 1), loaded: make(chan struct{})}
 	b := reg.Get("payments")
 	doc := `{"name":"payments","generation":2,"openTimeout":"30s","window":"10s","failureRatio":0.5,
 		"minimumThroughput":20,"successThreshold":2,"halfOpenPermittedCalls":1,"mode":"Enforce","scope":"Pod",
