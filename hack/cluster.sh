@@ -376,7 +376,7 @@ cmd_status() {
 	if command -v iptables-save >/dev/null; then
 		while read -r line; do left+=("iptables: ${line}"); done < <(iptables-save 2>/dev/null | grep -E 'KUBE-|CNI-|fusebox' || true)
 	fi
-	for line in fusebox-pods fusebox0 fusebox1; do
+	for line in fusebox-pods fusebox0 fusebox1 fusebox-wire; do
 		ip link show "${line}" >/dev/null 2>&1 && left+=("interface ${line} on the host")
 	done
 	if [[ -f ${state}/host-sysctls ]]; then

@@ -21,8 +21,10 @@ ts() {
 
 # --- file system. Mounts made here stay in this mount namespace (unshare made its
 # propagation private); each covers a host path a component writes to without asking.
-# /run: containerd's and runc's state, the CNI address allocations.
-mount -t tmpfs -o mode=0755 fusebox-run /run
+# /run: containerd's and runc's state, the CNI address allocations. --no-mtab: mount(8)
+# would otherwise record this mount in /run/mount/utab, which, before the tmpfs covers it,
+# is the host's /run (a fresh machine then has a /run/mount it did not have).
+mount --no-mtab -t tmpfs -o mode=0755 fusebox-run /run
 # /var/log: the kubelet's /var/log/pods and /var/log/containers.
 mkdir -p "${data}/varlog" "${data}/varlib/upper" "${data}/varlib/work" "${data}/sysctl" "${TMPDIR}"
 mount --bind "${data}/varlog" /var/log
@@ -56,15 +58,22 @@ wait_for() {
 	return 1
 }
 
-# --- network. Only lo and one end of a veth pair, fusebox0, with the node's address.
-# The first node creates the pair; alone, it keeps both ends. With a second node,
-# hack/cluster.sh moves the other end, fusebox1, into that node's namespace, where it
-# becomes the second node's fusebox0: a wire between the two nodes and nothing else.
+# --- network. Only lo and fusebox0, with the node's address, at one end of a wire to
+# the other node. On the first node fusebox0 is a bridge, and the wire a veth pair:
+# fusebox-wire is a port of the bridge, and fusebox1 its other end; alone, the node
+# keeps both. With a second node, hack/cluster.sh moves fusebox1 into that node's
+# namespace, where it becomes the second node's fusebox0. The bridge holds the first
+# node's address, the API server's, because a veth pair goes with either end's namespace:
+# a second node that stops (its kube-proxy exits when its Node is deleted, and node.sh
+# then stops the rest) takes the wire with it, and the first node keeps its address.
 # The default route (which the kubelet and kube-proxy need to pick a node address)
 # points at an address nobody has, so nothing leaves.
 ip link set lo up
 if [[ ${role} == control-plane ]]; then
-	ip link add fusebox0 type veth peer name fusebox1
+	ip link add fusebox0 type bridge
+	ip link add fusebox-wire type veth peer name fusebox1
+	ip link set fusebox-wire master fusebox0
+	ip link set fusebox-wire up
 	ip link set fusebox1 up
 else
 	wait_for "link to the first node arrived" ip link show fusebox1

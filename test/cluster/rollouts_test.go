@@ -130,7 +130,9 @@ func rolloutSpecs() {
 		run := waitAnalysisRun(ctx, hash, "Inconclusive")
 		Eventually(func(g Gomega) {
 			r := rolloutNow(g, ctx)
-			g.Expect(nested(r, "status", "abort")).NotTo(BeTrue(), "the rollout must not be aborted")
+			// status.abort is absent until a rollout is aborted (BeTrue refuses a nil).
+			aborted, _ := nested(r, "status", "abort").(bool)
+			g.Expect(aborted).To(BeFalse(), "the rollout must not be aborted")
 			conds, _, _ := unstructured.NestedSlice(r.Object, "status", "pauseConditions")
 			g.Expect(conds).To(ContainElement(HaveKeyWithValue("reason", "InconclusiveAnalysisRun")))
 			g.Expect(nested(r, "status", "stableRS")).To(Equal(stable))
