@@ -16,10 +16,11 @@
 // once a millisecond, so bucket boundaries and the open timeout are observed up to about a
 // millisecond late (never early). Durations (windows, open periods) are measured on the
 // monotonic clock, so a step of the wall clock changes none of them; timestamps that leave
-// the process ([Transition].At, [Verdict].Since) are wall-clock time.
+// the process ([observe.Transition].At, [Verdict].Since) are wall-clock time.
 //
 // What processes share is the [Verdict] (a state and when it was reached), never the
-// counters: adapters publish it from an [Observer] and apply remote ones with
+// counters: adapters publish it from an [observe.Observer] (package observe holds what a
+// breaker tells those watching it) and apply remote ones with
 // [Breaker.Adopt], off the call path. A [Registry] holds named breakers and hot-reloads their
 // policies.
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 func ExampleBreaker_Execute() {
@@ -71,7 +72,7 @@ func ExampleBreaker_Allow() {
 // An observer sees every transition, after the breaker's lock is released.
 type logTransitions struct{}
 
-func (logTransitions) OnTransition(t breaker.Transition) {
+func (logTransitions) OnTransition(t observe.Transition) {
 	fmt.Printf("%s: %v -> %v (%v)\n", t.Breaker, t.From, t.To, t.Cause)
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // defaultMaxKeys is how many per-key breakers a [Group] keeps unless told otherwise. A
@@ -80,10 +82,10 @@ type Group struct {
 	// else Closed), when it was reached, and the member transition that moved it there.
 	state   State
 	since   time.Time
-	reached Transition
+	reached observe.Transition
 }
 
-var _ Observer = (*groupMember)(nil)
+var _ observe.Observer = (*groupMember)(nil)
 
 // groupMember is one key's breaker and what the Group tracks of it.
 type groupMember struct {
@@ -232,7 +234,7 @@ func (m *groupMember) evictable() bool {
 }
 
 // OnTransition keeps the Group's counts and aggregate state up to date with its members.
-func (m *groupMember) OnTransition(t Transition) {
+func (m *groupMember) OnTransition(t observe.Transition) {
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -258,7 +260,7 @@ func (g *Group) count(s State, n int) {
 
 // aggregate moves the Group's state to what its counts say, recording t (nil: a member
 // created or evicted) as what moved it. Caller holds mu.
-func (g *Group) aggregate(t *Transition, at time.Time) {
+func (g *Group) aggregate(t *observe.Transition, at time.Time) {
 	s := Closed
 	switch {
 	case g.open > 0:
@@ -269,7 +271,7 @@ func (g *Group) aggregate(t *Transition, at time.Time) {
 	if s == g.state {
 		return
 	}
-	g.state, g.since, g.reached = s, at, Transition{}
+	g.state, g.since, g.reached = s, at, observe.Transition{}
 	if t != nil {
 		g.reached = *t
 	}
@@ -351,7 +353,7 @@ type GroupSummary struct {
 	// Reached is the member's transition that brought the Group to State (its Breaker is
 	// "<group>/<key>"), or the zero Transition when no transition did: the Group started
 	// Closed, or a member was created forced open.
-	Reached Transition
+	Reached observe.Transition
 }
 
 // Summary returns the Group at a glance. It first moves open members whose timeout has

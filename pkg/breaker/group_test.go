@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // groupPolicy opens on two calls that both failed.
@@ -217,7 +218,7 @@ func TestGroupSummary(t *testing.T) {
 	if !slices.Equal(s.Worst, []string{"f", "e", "d", "c", "b"}) {
 		t.Errorf("worst %v, want the five most recently opened", s.Worst)
 	}
-	if !s.Since.Equal(openedAt) || s.Reached.Breaker != "tenants/a" || s.Reached.Cause != CauseCalls || s.Reached.Counts.Failures != 2 {
+	if !s.Since.Equal(openedAt) || s.Reached.Breaker != "tenants/a" || s.Reached.Cause != observe.CauseCalls || s.Reached.Counts.Failures != 2 {
 		t.Errorf("the Group opened at %v by %+v, want at %v by a's failures", s.Since, s.Reached, openedAt)
 	}
 
@@ -229,7 +230,7 @@ func TestGroupSummary(t *testing.T) {
 	}
 	clock.Advance(10 * time.Second)
 	s = g.Summary()
-	if s.Open != 0 || s.HalfOpen != 6 || s.State != HalfOpen || s.Reached.To != HalfOpen || s.Reached.Cause != CauseTimeout {
+	if s.Open != 0 || s.HalfOpen != 6 || s.State != HalfOpen || s.Reached.To != HalfOpen || s.Reached.Cause != observe.CauseTimeout {
 		t.Fatalf("after every timeout: %+v", s)
 	}
 	// Each went half-open when its open period ended, whenever Summary noticed: the most

@@ -7,30 +7,20 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/circuit"
 )
 
-// State is the state of a circuit.
-type State int32
+// State is the state of a circuit: Closed, Open or HalfOpen. Its String method spells
+// them "closed", "open" and "half_open", as telemetry does. It is the type package observe
+// speaks of too.
+type State = circuit.State
 
 // The three states of a circuit. The zero value is Closed.
 const (
-	Closed State = iota
-	Open
-	HalfOpen
+	Closed   = circuit.Closed
+	Open     = circuit.Open
+	HalfOpen = circuit.HalfOpen
 )
-
-// String returns "closed", "open" or "half_open", the spelling used in telemetry.
-func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half_open"
-	}
-	return fmt.Sprintf("State(%d)", int32(s))
-}
 
 // Mode says how far a breaker acts on its own verdict. Its values are the ones the
 // published configuration spells.

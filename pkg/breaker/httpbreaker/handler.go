@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Handler is server-side middleware that runs Next through a breaker. While the circuit is
@@ -120,7 +121,7 @@ func (h *Handler) outcome(sw *statusWriter, r *http.Request) error {
 func refuse(w http.ResponseWriter, b *breaker.Breaker, err error) {
 	if d, ok := b.RetryAfter(); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(d), 10))
-	} else if oe, ok := errors.AsType[*breaker.OpenError](err); ok && oe.Reason == breaker.RejectHalfOpenSaturated {
+	} else if oe, ok := errors.AsType[*breaker.OpenError](err); ok && oe.Reason == observe.RejectHalfOpenSaturated {
 		w.Header().Set("Retry-After", "1")
 	}
 	http.Error(w, http.StatusText(http.StatusServiceUnavailable)+": circuit open", http.StatusServiceUnavailable)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // ScopeName is the instrumentation scope of the meter the observer creates.
@@ -49,7 +50,7 @@ func WithPrefix(prefix string) Option {
 }
 
 // Observer records the seed's instruments for every breaker it is given to with
-// [breaker.WithObserver]. It is a [breaker.CallObserver], and a call costs it a few atomic
+// [breaker.WithObserver]. It is a [observe.CallObserver], and a call costs it a few atomic
 // additions: the per-call counters (calls, callback failures, fallbacks) are kept in the
 // observer's own atomic cells and reported as observable counters when metrics are
 // collected, as the gauges are, because the SDK's synchronous Add normalizes its attribute
@@ -79,8 +80,8 @@ type Observer struct {
 }
 
 var (
-	_ breaker.CallObserver  = (*Observer)(nil)
-	_ breaker.RetryObserver = (*Observer)(nil)
+	_ observe.CallObserver  = (*Observer)(nil)
+	_ observe.RetryObserver = (*Observer)(nil)
 )
 
 var bg = context.Background()
@@ -217,8 +218,8 @@ func (o *Observer) get(name string) *series {
 // inRange guards the attribute tables against values a newer breaker package might add.
 func inRange[T ~uint8 | ~int32](v T, n int) bool { return v >= 0 && int(v) < n }
 
-// OnTransition implements [breaker.Observer].
-func (o *Observer) OnTransition(t breaker.Transition) {
+// OnTransition implements [observe.Observer].
+func (o *Observer) OnTransition(t observe.Transition) {
 	if !inRange(t.From, 3) || !inRange(t.To, 3) {
 		return
 	}
@@ -231,7 +232,7 @@ func (o *Observer) OnTransition(t breaker.Transition) {
 		}
 	}
 	switch {
-	case t.Trigger != breaker.TriggerNone && inRange(t.Cause, len(causes)):
+	case t.Trigger != observe.TriggerNone && inRange(t.Cause, len(causes)):
 		// Rare (a circuit opening on its calls), so its attribute set is built here.
 		o.transitions.Add(bg, 1, addOpt(s.name, KeyFromState.String(t.From.String()), KeyToState.String(t.To.String()),
 			KeyCause.String(t.Cause.String()), KeyTrigger.String(t.Trigger.String()))...)
@@ -253,7 +254,7 @@ func (s *series) noteState(st breaker.State) {
 	}
 }
 
-// OnCallStart implements [breaker.CallObserver].
+// OnCallStart implements [observe.CallObserver].
 func (o *Observer) OnCallStart(name string, st breaker.State) {
 	if !inRange(st, 3) {
 		return
@@ -263,8 +264,8 @@ func (o *Observer) OnCallStart(name string, st breaker.State) {
 	s.noteState(st)
 }
 
-// OnCallEnd implements [breaker.CallObserver].
-func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
+// OnCallEnd implements [observe.CallObserver].
+func (o *Observer) OnCallEnd(ev observe.CallEvent) {
 	if !inRange(ev.Outcome, 4) || !inRange(ev.Initial, 3) || !inRange(ev.Final, 3) {
 		return
 	}
@@ -274,13 +275,13 @@ func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
 	if ev.Slow {
 		s.slow[ev.Initial].n.Add(1)
 	}
-	if ev.Reason == breaker.RejectThrottled {
+	if ev.Reason == observe.RejectThrottled {
 		s.throttled.n.Add(1)
 	}
-	if ev.Outcome != breaker.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
+	if ev.Outcome != observe.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
 		s.failureCell(ev.Err, ev.Panicked, ev.Initial).n.Add(1)
 	}
-	if ev.Initial == breaker.HalfOpen && ev.Outcome != breaker.OutcomeRejected {
+	if ev.Initial == breaker.HalfOpen && ev.Outcome != observe.OutcomeRejected {
 		o.eventTimestamp.Record(bg, unixSeconds(time.Now()), s.probeEvent[ev.Outcome]...)
 	}
 }
@@ -308,15 +309,15 @@ func (s *series) failureCell(err error, panicked bool, st breaker.State) *cell {
 	return v.(*cell)
 }
 
-// OnFallback implements [breaker.CallObserver].
-func (o *Observer) OnFallback(name string, reason breaker.FallbackReason, _ error) {
+// OnFallback implements [observe.CallObserver].
+func (o *Observer) OnFallback(name string, reason observe.FallbackReason, _ error) {
 	if !inRange(reason, 3) {
 		return
 	}
 	o.get(name).fallbacks[reason].n.Add(1)
 }
 
-// OnRetry implements [breaker.RetryObserver].
+// OnRetry implements [observe.RetryObserver].
 func (o *Observer) OnRetry(name string, allowed bool) {
 	i := 0
 	if allowed {

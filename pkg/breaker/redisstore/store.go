@@ -18,6 +18,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Defaults of the options.
@@ -197,7 +198,7 @@ type binding struct {
 	has      bool
 }
 
-var _ breaker.Observer = (*Store)(nil)
+var _ observe.Observer = (*Store)(nil)
 
 // New returns a store sharing verdicts through client, which the caller keeps ownership
 // of (Close does not close it). New does not contact Redis: an unreachable server is not an
@@ -360,11 +361,11 @@ func (s *Store) scanRegistries() {
 	}
 }
 
-// OnTransition implements [breaker.Observer]: it queues the breaker's new verdict for
+// OnTransition implements [observe.Observer]: it queues the breaker's new verdict for
 // publishing and returns at once. It never does I/O, and it ignores transitions the store
 // itself caused by adopting a remote verdict.
-func (s *Store) OnTransition(t breaker.Transition) {
-	if t.Cause == breaker.CauseAdopted || s.closed.Load() {
+func (s *Store) OnTransition(t observe.Transition) {
+	if t.Cause == observe.CauseAdopted || s.closed.Load() {
 		return
 	}
 	s.mu.Lock()
