@@ -8,6 +8,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 func ExampleBreaker_Execute() {
@@ -83,7 +84,7 @@ func ExampleWithObserver() {
 }
 
 func ExampleRegistry() {
-	reg, _ := breaker.NewRegistry(breaker.DefaultPolicy())
+	reg, _ := registry.New(breaker.DefaultPolicy())
 	payments := reg.Get("payments")
 	payments.Trip()
 
@@ -105,7 +106,7 @@ func ExampleRegistry() {
 func ExampleGroup() {
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 3
-	tenants, err := breaker.NewGroup("tenant-db", p)
+	tenants, err := registry.NewGroup("tenant-db", p)
 	if err != nil {
 		panic(err)
 	}

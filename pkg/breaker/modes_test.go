@@ -269,8 +269,4 @@ func TestZeroPolicy(t *testing.T) {
 	if err := b.Update(Policy{}); err != nil || b.Policy() != DefaultPolicy() {
 		t.Fatalf("Update(Policy{}) = %v, policy %+v", err, b.Policy())
 	}
-	r, err := NewRegistry(Policy{})
-	if err != nil || r.Get("x").Policy() != DefaultPolicy() {
-		t.Fatalf("NewRegistry(Policy{}) = %v", err)
-	}
 }

@@ -257,27 +257,6 @@ func TestLeakedProbe(t *testing.T) {
 			t.Fatalf("transitions = %+v", tr)
 		}
 	})
-	t.Run("through a Registry", func(t *testing.T) {
-		clock := newFakeClock()
-		r, err := NewRegistry(testPolicy(), WithClock(clock))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := r.Get("db")
-		b.Trip()
-		clock.Advance(30 * time.Second)
-		_, _ = b.Allow()
-		// A reload while the probe is out keeps it out, and shortens its limit.
-		p := testPolicy()
-		p.OpenTimeout = 5 * time.Second
-		if err := r.Apply(map[string]Policy{"db": p}); err != nil {
-			t.Fatal(err)
-		}
-		clock.Advance(5 * time.Second)
-		if got, _ := r.Lookup("db"); got.State() != Open {
-			t.Fatalf("state %v, want re-opened", got.State())
-		}
-	})
 }
 
 // TestProbeThatNeverReturns: a probe whose function panics or calls runtime.Goexit (t.FailNow

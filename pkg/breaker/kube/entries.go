@@ -7,6 +7,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // member is what the pod says of one breaker, or of one breaker Group. It is comparable,
@@ -51,7 +52,7 @@ type entry struct {
 	want     member
 	// group is the breaker Group the entry reports, nil for a breaker. A Group's entry is
 	// computed from its summary when the report is written, not from transitions.
-	group *breaker.Group
+	group *registry.Group
 	// breaker is the breaker whose traffic the report carries (a retry budget or
 	// throttling is configured), nil when it carries none; window is its policy's, and
 	// latest its traffic as last sampled (traffic.go).
@@ -82,7 +83,7 @@ func (r *reporter) entry(name string) *entry {
 func (r *reporter) OnTransition(t observe.Transition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if group, _, ok := breaker.SplitKeyName(t.Breaker); ok {
+	if group, _, ok := registry.SplitKeyName(t.Breaker); ok {
 		if e, ok := r.entries[group]; ok && e.group != nil && e.reported {
 			r.signal()
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 func TestReportEntry(t *testing.T) {
@@ -273,7 +274,7 @@ func TestReporterGroup(t *testing.T) {
 	r := &reporter{wake: make(chan struct{}, 1), entries: map[string]*entry{}}
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 2
-	g, err := breaker.NewGroup("hosts", p, breaker.WithClock(clock), breaker.WithObserver(r))
+	g, err := registry.NewGroup("hosts", p, breaker.WithClock(clock), breaker.WithObserver(r))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // ScopeName is the instrumentation scope of the meter the observer creates.
@@ -76,7 +77,7 @@ type Observer struct {
 	// tracked breakers and registries, read at collection for the failures and successes
 	// gauges; guarded by mu.
 	tracked    []*breaker.Breaker
-	registries []*breaker.Registry
+	registries []*registry.Registry
 }
 
 var (
@@ -166,7 +167,7 @@ func (o *Observer) Track(b *breaker.Breaker) {
 }
 
 // TrackRegistry tracks every breaker r holds at collection time, as [Observer.Track] does.
-func (o *Observer) TrackRegistry(r *breaker.Registry) {
+func (o *Observer) TrackRegistry(r *registry.Registry) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.registries = append(o.registries, r)
@@ -191,7 +192,7 @@ func (o *Observer) get(name string) *series {
 	// A Group's members ("<group>/<key>") share the Group's series: one per key would
 	// grow without bound with the keys, which a Group evicts and creates at will.
 	label, member := name, false
-	if g, _, ok := breaker.SplitKeyName(name); ok {
+	if g, _, ok := registry.SplitKeyName(name); ok {
 		label, member = g, true
 	}
 	if s, ok := (*o.series.Load())[label]; ok {
@@ -365,7 +366,7 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 	}
 	o.mu.Lock()
 	tracked := append([]*breaker.Breaker(nil), o.tracked...)
-	regs := append([]*breaker.Registry(nil), o.registries...)
+	regs := append([]*registry.Registry(nil), o.registries...)
 	o.mu.Unlock()
 	seen := make(map[*breaker.Breaker]bool, len(tracked))
 	report := func(b *breaker.Breaker) {
