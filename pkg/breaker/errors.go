@@ -41,5 +41,5 @@ func quote(s string) string { return strconv.Quote(s) }
 var (
 	_ error = (*OpenError)(nil)
 	_ error = (*PanicError)(nil)
-	_ error = (*FieldError)(nil)
+	_ error = (*fieldError)(nil)
 )

@@ -161,7 +161,7 @@ func TestUpdate(t *testing.T) {
 		p := testPolicy()
 		p.Window = -time.Second
 		err := b.Update(p)
-		if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "window" {
+		if fe, ok := errors.AsType[*fieldError](err); !ok || fe.Field != "window" {
 			t.Fatalf("got %v", err)
 		}
 		if b.Policy() != testPolicy().withDefaults() {
@@ -225,7 +225,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			fe, ok := errors.AsType[*FieldError](err)
+			fe, ok := errors.AsType[*fieldError](err)
 			if !ok || fe.Field != tt.field || !strings.Contains(err.Error(), tt.field) {
 				t.Fatalf("got %v, want an error naming %s", err, tt.field)
 			}

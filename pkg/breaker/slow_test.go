@@ -307,7 +307,7 @@ func TestPolicyValidateNewFields(t *testing.T) {
 		p := DefaultPolicy()
 		tc.mut(&p)
 		err := p.Validate()
-		var fe *FieldError
+		var fe *fieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%+v: Validate() = %v, want an error naming %s", p, err, tc.field)
 		}

@@ -176,7 +176,8 @@ func (r *Registry) Lookup(name string) (*breaker.Breaker, bool) {
 // breaker with Update (state kept) and remembered for a breaker created later; a name absent
 // from policies reverts to the default policy. An invalid entry is refused for that name only,
 // which keeps its last good policy, and is reported in the returned error (errors.Join of one
-// error per refused name, each naming the breaker and wrapping the [*FieldError]s).
+// error per refused name, each naming the breaker and wrapping what [breaker.Policy.Validate]
+// said, which names the field).
 func (r *Registry) Apply(policies map[string]breaker.Policy) error {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
