@@ -6,5 +6,6 @@
 //
 // Both are built on package breaker's Breaker; a Group reads its members' clock and
 // published state through the module's internal access package, so that marking a key
-// used costs one atomic load and eviction takes no breaker's lock.
+// used reads the call path's clock (one function call and one atomic load) and judging
+// eviction takes no breaker's lock.
 package registry
