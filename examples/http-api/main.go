@@ -28,6 +28,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/httpbreaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 func main() {
@@ -54,7 +55,7 @@ func run(ctx context.Context, out io.Writer) error {
 	policy.SuccessThreshold = 2
 	var entered [3]int // transitions into each state, so that the story can wait for one
 	story := &narrator{out: out}
-	b, err := breaker.New("users-api", policy, breaker.WithObserver(printTransitions(story, func(t breaker.Transition) {
+	b, err := breaker.New("users-api", policy, breaker.WithObserver(printTransitions(story, func(t observe.Transition) {
 		entered[t.To]++
 	})))
 	if err != nil {
@@ -178,8 +179,8 @@ func (c *usersClient) cached(id string, cause error) (user, error, error) {
 }
 
 // printTransitions tells the story every change of the circuit's state, then tells seen.
-func printTransitions(story *narrator, seen func(breaker.Transition)) breaker.Observer {
-	return breaker.ObserverFunc(func(t breaker.Transition) {
+func printTransitions(story *narrator, seen func(observe.Transition)) observe.Observer {
+	return observe.ObserverFunc(func(t observe.Transition) {
 		why := ""
 		switch {
 		case t.To == breaker.Open && t.From == breaker.Closed:
@@ -209,7 +210,7 @@ type narrator struct {
 	pending []string
 }
 
-func (n *narrator) transition(t breaker.Transition, line string) {
+func (n *narrator) transition(t observe.Transition, line string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.pending = append(n.pending, line)

@@ -34,6 +34,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/httpbreaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 func main() {
@@ -56,7 +57,7 @@ const breakerName = "flaky-upstream"
 // run connects the application's breakers to the cluster with connect, then calls the
 // upstream through the breaker ten times a second until ctx is done, printing a line a
 // second.
-func run(ctx context.Context, out io.Writer, connect func(context.Context) (*breaker.Registry, error)) error {
+func run(ctx context.Context, out io.Writer, connect func(context.Context) (*registry.Registry, error)) error {
 	breakers, err := connect(ctx)
 	if err != nil {
 		return err

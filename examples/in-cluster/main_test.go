@@ -26,8 +26,8 @@ import (
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
 	"github.com/fusebox-dev/fusebox/internal/testutil"
-	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // TestDeployAndRun applies deploy/app.yaml to a real API server (envtest) with the
@@ -106,7 +106,7 @@ func TestDeployAndRun(t *testing.T) {
 	var out, logs testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, &out, func(ctx context.Context) (*breaker.Registry, error) {
+		done <- run(ctx, &out, func(ctx context.Context) (*registry.Registry, error) {
 			return connectAsPod(ctx, cfg, pod, &logs)
 		})
 	}()
@@ -179,7 +179,7 @@ func TestDeployAndRun(t *testing.T) {
 // environment, and reaches envtest's API server as the pod's service account token would
 // (rest.InClusterConfig reads the token and the server's address from files and
 // variables only a real pod has).
-func connectAsPod(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, logs *testutil.SyncBuffer) (*breaker.Registry, error) {
+func connectAsPod(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, logs *testutil.SyncBuffer) (*registry.Registry, error) {
 	c := rest.CopyConfig(cfg)
 	sa := pod.Spec.ServiceAccountName
 	c.Impersonate = rest.ImpersonationConfig{

@@ -29,6 +29,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/redisstore"
 )
 
@@ -245,11 +246,11 @@ func (g *gateway) charge(ctx context.Context, id, amountCents int) (string, erro
 }
 
 // printTransitions tells the story every change of an instance's circuit.
-func printTransitions(story *narrator, instance string) breaker.Observer {
-	return breaker.ObserverFunc(func(t breaker.Transition) {
+func printTransitions(story *narrator, instance string) observe.Observer {
+	return observe.ObserverFunc(func(t observe.Transition) {
 		why := ""
 		switch {
-		case t.Cause == breaker.CauseAdopted:
+		case t.Cause == observe.CauseAdopted:
 			why = ": another instance's verdict, through Redis"
 		case t.To == breaker.Open && t.From == breaker.Closed:
 			why = fmt.Sprintf(": %d of its last %d charges failed", t.Counts.Failures, t.Counts.Calls)
@@ -278,11 +279,11 @@ type narrator struct {
 	pending []string
 }
 
-func (n *narrator) transition(t breaker.Transition, line string) {
+func (n *narrator) transition(t observe.Transition, line string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.pending = append(n.pending, line)
-	if t.To == breaker.HalfOpen || t.Cause == breaker.CauseAdopted {
+	if t.To == breaker.HalfOpen || t.Cause == observe.CauseAdopted {
 		n.flushLocked()
 	}
 }

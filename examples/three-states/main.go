@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 func main() {
@@ -61,8 +62,8 @@ func run(ctx context.Context, out io.Writer) error {
 	// entered counts the transitions into each state, so that the story can wait for one.
 	var entered [3]int
 	story := &narrator{out: out}
-	observe := printTransitions(story, func(t breaker.Transition) { entered[t.To]++ })
-	b, err := breaker.New("quotes", policy, breaker.WithObserver(observe))
+	watch := printTransitions(story, func(t observe.Transition) { entered[t.To]++ })
+	b, err := breaker.New("quotes", policy, breaker.WithObserver(watch))
 	if err != nil {
 		return err
 	}
@@ -160,8 +161,8 @@ func run(ctx context.Context, out io.Writer) error {
 }
 
 // printTransitions tells the story every change of the circuit's state, then tells seen.
-func printTransitions(story *narrator, seen func(breaker.Transition)) breaker.Observer {
-	return breaker.ObserverFunc(func(t breaker.Transition) {
+func printTransitions(story *narrator, seen func(observe.Transition)) observe.Observer {
+	return observe.ObserverFunc(func(t observe.Transition) {
 		why := ""
 		switch {
 		case t.To == breaker.Open && t.From == breaker.Closed:
@@ -191,7 +192,7 @@ type narrator struct {
 	pending []string
 }
 
-func (n *narrator) transition(t breaker.Transition, line string) {
+func (n *narrator) transition(t observe.Transition, line string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.pending = append(n.pending, line)

@@ -1,5 +1,5 @@
 // Package fuseboxd is the per-pod decision sidecar of docs/design.md §8: it serves the
-// breakers of one breaker.Registry to programs in any language, over HTTP/1.1 on a Unix
+// breakers of one registry.Registry to programs in any language, over HTTP/1.1 on a Unix
 // socket (and, when asked, on loopback TCP).
 //
 // A program asks for a permit before calling its dependency and settles the permit with

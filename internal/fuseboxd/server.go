@@ -13,12 +13,13 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // Options configure a [Server].
 type Options struct {
 	// Registry holds the breakers served; required.
-	Registry *breaker.Registry
+	Registry *registry.Registry
 	// Published returns the last good published config of a breaker (for its generation
 	// and scope), as kube.Agent.Published does; nil means nothing is published.
 	Published func(name string) (breakerconfig.Config, bool)
@@ -53,7 +54,7 @@ type Options struct {
 
 // Server serves the local decision API over any number of listeners.
 type Server struct {
-	reg         *breaker.Registry
+	reg         *registry.Registry
 	published   func(string) (breakerconfig.Config, bool)
 	ready       func() bool
 	maxBreakers int

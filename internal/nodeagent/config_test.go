@@ -18,6 +18,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // appPod is an application pod wired to the node's agent as the injection webhook wires
@@ -26,7 +27,7 @@ import (
 type appPod struct {
 	pod    *corev1.Pod
 	agent  *kube.Agent
-	reg    *breaker.Registry
+	reg    *registry.Registry
 	cancel context.CancelFunc
 }
 

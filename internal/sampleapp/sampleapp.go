@@ -41,6 +41,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/httpbreaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // Options say what to simulate. The zero value of each field means its default.
@@ -319,7 +320,7 @@ func (w *Workload) listBreakers(ctx context.Context, cl client.Client) error {
 }
 
 // callLoop is the application of one pod: every CallEvery, one call through each breaker.
-func (w *Workload) callLoop(ctx context.Context, pod string, reg *breaker.Registry) {
+func (w *Workload) callLoop(ctx context.Context, pod string, reg *registry.Registry) {
 	clients := map[string]*http.Client{}
 	base := &http.Transport{MaxIdleConnsPerHost: 4}
 	defer base.CloseIdleConnections()

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // admitKind is how the call path may admit a call without taking the lock.
@@ -236,9 +238,9 @@ func (b *Breaker) executeSlow(ctx context.Context, fn func(context.Context) erro
 func (b *Breaker) abandon(t ticket, r any, start int64) {
 	if r == nil {
 		if t.sp != nil {
-			t.sp.b.finishSlow(ticket{p: t.sp, recorded: t.srecorded}, OutcomeIgnored, false, errGoexit, false)
+			t.sp.b.finishSlow(ticket{p: t.sp, recorded: t.srecorded}, observe.OutcomeIgnored, false, errGoexit, false)
 		}
-		b.finishSlow(t, OutcomeIgnored, false, errGoexit, false)
+		b.finishSlow(t, observe.OutcomeIgnored, false, errGoexit, false)
 		return
 	}
 	b.finish(t, &PanicError{Value: r}, true, start)
@@ -260,14 +262,14 @@ func (b *Breaker) admitSlow() (ticket, error) {
 	b.advance(now, &pend)
 	p := b.cur.Load()
 	t := ticket{p: p}
-	reason := RejectNone
+	reason := observe.RejectNone
 	switch {
 	case b.state == Closed && p.tally != nil && b.throttled(p, now):
-		reason = RejectThrottled
+		reason = observe.RejectThrottled
 	case b.state == Closed:
 		t.recorded = true
 	case b.policy.Mode == ModeForcedOpen:
-		reason = RejectForcedOpen
+		reason = observe.RejectForcedOpen
 	case b.state == HalfOpen && b.probesInFlight < b.policy.HalfOpenPermittedCalls:
 		b.probesInFlight++
 		b.awaitingProbe, b.lastProbeAt = true, now
@@ -275,16 +277,16 @@ func (b *Breaker) admitSlow() (ticket, error) {
 	case b.policy.Mode == ModeMetricsOnly:
 		// Enforce would refuse this call: it runs, and its outcome is not recorded.
 	case b.state == HalfOpen:
-		reason = RejectHalfOpenSaturated
+		reason = observe.RejectHalfOpenSaturated
 	default:
-		reason = RejectOpen
+		reason = observe.RejectOpen
 	}
 	b.mu.Unlock()
 	b.deliver(&pend)
-	if reason != RejectNone {
+	if reason != observe.RejectNone {
 		err := b.rejectErr(reason)
 		for _, co := range b.callObs {
-			co.OnCallEnd(CallEvent{Breaker: b.name, Outcome: OutcomeRejected, Reason: reason, Initial: p.state, Final: p.state})
+			co.OnCallEnd(observe.CallEvent{Breaker: b.name, Outcome: observe.OutcomeRejected, Reason: reason, Initial: p.state, Final: p.state})
 		}
 		return ticket{}, err
 	}
@@ -294,31 +296,31 @@ func (b *Breaker) admitSlow() (ticket, error) {
 	return t, nil
 }
 
-func (b *Breaker) rejectErr(r RejectReason) error {
+func (b *Breaker) rejectErr(r observe.RejectReason) error {
 	switch r {
-	case RejectHalfOpenSaturated:
+	case observe.RejectHalfOpenSaturated:
 		return b.errProbes
-	case RejectForcedOpen:
+	case observe.RejectForcedOpen:
 		return b.errForced
-	case RejectThrottled:
+	case observe.RejectThrottled:
 		return b.errThrottled
 	}
 	return b.errOpen
 }
 
 // classify turns what the protected function returned into an outcome (§5.6).
-func (b *Breaker) classify(err error, panicked bool) Outcome {
+func (b *Breaker) classify(err error, panicked bool) observe.Outcome {
 	switch {
 	case panicked:
-		return OutcomeFailure
+		return observe.OutcomeFailure
 	case err == nil:
-		return OutcomeSuccess
+		return observe.OutcomeSuccess
 	case b.isFailure(err):
-		return OutcomeFailure
+		return observe.OutcomeFailure
 	case errors.Is(err, context.Canceled):
-		return OutcomeIgnored
+		return observe.OutcomeIgnored
 	}
-	return OutcomeSuccess
+	return observe.OutcomeSuccess
 }
 
 // finish records the outcome of an admitted call and reports whether it was a failure by the
@@ -338,7 +340,7 @@ func (b *Breaker) finish(t ticket, err error, panicked bool, start int64) bool {
 	}
 	o := b.classify(err, panicked)
 	b.finishSlow(t, o, slow, err, panicked)
-	return o == OutcomeFailure
+	return o == observe.OutcomeFailure
 }
 
 // recordSuccessFast counts a success admitted while closed without taking the lock, and
@@ -356,11 +358,11 @@ func (b *Breaker) recordSuccessFast(p *period) bool {
 	return now >= bk.start && now < bk.fastEnd.Load() && bk.addFast()
 }
 
-func (b *Breaker) finishSlow(t ticket, o Outcome, slow bool, err error, panicked bool) {
+func (b *Breaker) finishSlow(t ticket, o observe.Outcome, slow bool, err error, panicked bool) {
 	final := t.p.state
-	recordedAs := OutcomeIgnored
+	recordedAs := observe.OutcomeIgnored
 	var pend pending
-	if t.recorded && (o != OutcomeIgnored || t.p.state == HalfOpen) {
+	if t.recorded && (o != observe.OutcomeIgnored || t.p.state == HalfOpen) {
 		now := b.now()
 		b.mu.Lock()
 		if t.p.state == HalfOpen && b.state == HalfOpen {
@@ -378,6 +380,6 @@ func (b *Breaker) finishSlow(t ticket, o Outcome, slow bool, err error, panicked
 		final = b.cur.Load().state
 	}
 	for _, co := range b.callObs {
-		co.OnCallEnd(CallEvent{Breaker: b.name, Outcome: recordedAs, Initial: t.p.state, Final: final, Err: err, Panicked: panicked, Slow: slow && o != OutcomeIgnored})
+		co.OnCallEnd(observe.CallEvent{Breaker: b.name, Outcome: recordedAs, Initial: t.p.state, Final: final, Err: err, Panicked: panicked, Slow: slow && o != observe.OutcomeIgnored})
 	}
 }

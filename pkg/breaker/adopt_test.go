@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 func TestAdopt(t *testing.T) {
@@ -16,7 +18,7 @@ func TestAdopt(t *testing.T) {
 			t.Fatal("Adopt(Open) did not change the state")
 		}
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].Cause != CauseAdopted || !tr[0].At.Equal(since) || tr[0].Counts != (Counts{Calls: 4, Failures: 4}) {
+		if len(tr) != 1 || tr[0].Cause != observe.CauseAdopted || !tr[0].At.Equal(since) || tr[0].Counts != (Counts{Calls: 4, Failures: 4}) {
 			t.Fatalf("transitions = %+v", tr)
 		}
 		wantCounts(t, b, Counts{Calls: 4, Failures: 4})
@@ -171,7 +173,7 @@ func TestAdopt(t *testing.T) {
 func TestObserverMayCallBack(t *testing.T) {
 	var b *Breaker
 	var seen []State
-	obs := ObserverFunc(func(tr Transition) {
+	obs := observe.ObserverFunc(func(tr observe.Transition) {
 		seen = append(seen, b.State())
 		_ = b.Counts()
 		_ = b.Verdict()
@@ -194,17 +196,17 @@ func TestCallEvents(t *testing.T) {
 	if rec.starts != 21 || len(rec.ends) != 22 {
 		t.Fatalf("starts %d, ends %d", rec.starts, len(rec.ends))
 	}
-	want := []Outcome{OutcomeSuccess, OutcomeIgnored, OutcomeFailure}
+	want := []observe.Outcome{observe.OutcomeSuccess, observe.OutcomeIgnored, observe.OutcomeFailure}
 	for i, o := range want {
 		if rec.ends[i].Outcome != o {
 			t.Errorf("event %d: %v, want %v", i, rec.ends[i].Outcome, o)
 		}
 	}
 	last := rec.ends[20]
-	if last.Initial != Closed || last.Final != Open || last.Outcome != OutcomeFailure {
+	if last.Initial != Closed || last.Final != Open || last.Outcome != observe.OutcomeFailure {
 		t.Fatalf("opening call: %+v", last)
 	}
-	if r := rec.ends[21]; r.Outcome != OutcomeRejected || r.Reason != RejectOpen {
+	if r := rec.ends[21]; r.Outcome != observe.OutcomeRejected || r.Reason != observe.RejectOpen {
 		t.Fatalf("rejected call: %+v", r)
 	}
 }
@@ -212,10 +214,6 @@ func TestCallEvents(t *testing.T) {
 func TestStrings(t *testing.T) {
 	checks := map[fmt.Stringer]string{
 		Closed: "closed", Open: "open", HalfOpen: "half_open",
-		OutcomeSuccess: "success", OutcomeFailure: "failure", OutcomeIgnored: "ignored", OutcomeRejected: "rejected",
-		RejectNone: "", RejectOpen: "open", RejectHalfOpenSaturated: "half_open_saturated", RejectForcedOpen: "forced_open",
-		FallbackOpen: "open", FallbackHalfOpenSaturated: "half_open_saturated", FallbackFailure: "failure",
-		CauseCalls: "calls", CauseTimeout: "timeout", CauseTrip: "trip", CauseMode: "mode", CauseAdopted: "adopted",
 	}
 	for v, want := range checks {
 		if got := v.String(); got != want {

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/circuit"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // The breaker is spread over files by job: this one holds the type and its public methods
@@ -17,13 +20,8 @@ import (
 // is the probes completed in this half-open period, Successes the consecutive probe
 // successes, and Failures and Slow 0, since a failed or slow probe re-opens the circuit.
 // Slow counts calls that took at least Policy.SlowCallDuration, whatever their outcome, and
-// stays 0 without it.
-type Counts struct {
-	Calls     int64
-	Failures  int64
-	Successes int64
-	Slow      int64
-}
+// stays 0 without it. It is the type package observe speaks of too.
+type Counts = circuit.Counts
 
 // Breaker is a circuit breaker. It is safe for concurrent use.
 type Breaker struct {
@@ -40,14 +38,14 @@ type Breaker struct {
 	name      string
 	clock     *clockReader // nil: the coarse clock
 	isFailure func(error) bool
-	observers []Observer
-	callObs   []CallObserver
+	observers []observe.Observer
+	callObs   []observe.CallObserver
 	errOpen   error
 	errProbes error
 	errForced error
 	// For the retry budget and adaptive throttling (retry.go, throttle.go).
 	errThrottled error
-	retryObs     []RetryObserver
+	retryObs     []observe.RetryObserver
 	rnd          func() float64 // nil: math/rand/v2; tests set a deterministic source
 
 	_ [64]byte
@@ -105,12 +103,12 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 		name:      name,
 		isFailure: o.isFailure,
 		observers: o.observers,
-		errOpen:   &OpenError{Breaker: name, Reason: RejectOpen},
-		errProbes: &OpenError{Breaker: name, Reason: RejectHalfOpenSaturated},
-		errForced: &OpenError{Breaker: name, Reason: RejectForcedOpen},
+		errOpen:   &OpenError{Breaker: name, Reason: observe.RejectOpen},
+		errProbes: &OpenError{Breaker: name, Reason: observe.RejectHalfOpenSaturated},
+		errForced: &OpenError{Breaker: name, Reason: observe.RejectForcedOpen},
 		policy:    p.withDefaults(),
 
-		errThrottled: &OpenError{Breaker: name, Reason: RejectThrottled},
+		errThrottled: &OpenError{Breaker: name, Reason: observe.RejectThrottled},
 	}
 	if b.isFailure == nil {
 		b.isFailure = isFailureByDefault
@@ -119,10 +117,10 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 		b.clock = newClockReader(o.clock)
 	}
 	for _, obs := range o.observers {
-		if co, ok := obs.(CallObserver); ok {
+		if co, ok := obs.(observe.CallObserver); ok {
 			b.callObs = append(b.callObs, co)
 		}
-		if ro, ok := obs.(RetryObserver); ok {
+		if ro, ok := obs.(observe.RetryObserver); ok {
 			b.retryObs = append(b.retryObs, ro)
 		}
 	}
@@ -208,7 +206,7 @@ func (b *Breaker) Counts() Counts {
 
 // Trip opens the circuit now with the normal timeout. On a circuit already open it restarts
 // the open period from now, keeping its length, but that is not a state change: no
-// [Transition] is delivered, so observers count nothing and adapters publish nothing (the
+// [observe.Transition] is delivered, so observers count nothing and adapters publish nothing (the
 // shared verdict's Since catches up when an adapter next reads it). A circuit whose open
 // period time has already ended is half-open, and Trip re-opens it as a transition. Under
 // ModeForcedOpen or ModeForcedClosed it does nothing: the mode wins.
@@ -221,7 +219,7 @@ func (b *Breaker) Trip() {
 		if b.state == Open {
 			b.restartOpen(b.exactInstant())
 		} else {
-			b.openNow(CauseTrip, b.exactInstant(), now, &pend)
+			b.openNow(observe.CauseTrip, b.exactInstant(), now, &pend)
 		}
 	}
 	b.mu.Unlock()
@@ -262,9 +260,9 @@ func (b *Breaker) Update(p Policy) error {
 	}
 	switch {
 	case p.Mode == ModeForcedOpen && b.state != Open:
-		b.openNow(CauseMode, b.exactInstant(), now, &pend)
+		b.openNow(observe.CauseMode, b.exactInstant(), now, &pend)
 	case p.Mode == ModeForcedClosed && b.state != Closed:
-		b.transition(move{to: Closed, cause: CauseMode, counts: b.counts(now), at: b.exactInstant()}, now, &pend)
+		b.transition(move{to: Closed, cause: observe.CauseMode, counts: b.counts(now), at: b.exactInstant()}, now, &pend)
 	case b.state == Closed:
 		b.guardSlow(b.windowCounts())
 	}

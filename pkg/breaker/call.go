@@ -3,6 +3,8 @@ package breaker
 import (
 	"context"
 	"errors"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Callbacks are the seed's call(open, close, halfOpen). Closed is the protected call and is
@@ -35,9 +37,9 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 			var zero T
 			return zero, err
 		}
-		reason := FallbackOpen
-		if oe, ok := errors.AsType[*OpenError](err); ok && oe.Reason == RejectHalfOpenSaturated {
-			reason = FallbackHalfOpenSaturated
+		reason := observe.FallbackOpen
+		if oe, ok := errors.AsType[*OpenError](err); ok && oe.Reason == observe.RejectHalfOpenSaturated {
+			reason = observe.FallbackHalfOpenSaturated
 		}
 		b.notifyFallback(reason, err)
 		return cb.Open(ctx, err)
@@ -48,7 +50,7 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 	}
 	res, failed, err := runTicket(ctx, b, t, fn)
 	if failed && cb.Open != nil {
-		b.notifyFallback(FallbackFailure, err)
+		b.notifyFallback(observe.FallbackFailure, err)
 		return cb.Open(ctx, err)
 	}
 	return res, err
@@ -71,7 +73,7 @@ func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context
 	return res, failed, err
 }
 
-func (b *Breaker) notifyFallback(r FallbackReason, cause error) {
+func (b *Breaker) notifyFallback(r observe.FallbackReason, cause error) {
 	for _, co := range b.callObs {
 		co.OnFallback(b.name, r, cause)
 	}

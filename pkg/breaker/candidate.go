@@ -3,6 +3,8 @@ package breaker
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Candidate policies (§11): a second policy judged in shadow on the calls the breaker
@@ -139,10 +141,10 @@ func (b *Breaker) SetCandidate(p *Policy) error {
 // b's mu.
 func (b *Breaker) newCandidate(q Policy) *candidate {
 	sh := &Breaker{name: b.name, clock: b.clock, isFailure: b.isFailure, policy: q}
-	sh.errOpen = &OpenError{Breaker: b.name, Reason: RejectOpen}
-	sh.errProbes = &OpenError{Breaker: b.name, Reason: RejectHalfOpenSaturated}
-	sh.errForced = &OpenError{Breaker: b.name, Reason: RejectForcedOpen}
-	sh.errThrottled = &OpenError{Breaker: b.name, Reason: RejectThrottled}
+	sh.errOpen = &OpenError{Breaker: b.name, Reason: observe.RejectOpen}
+	sh.errProbes = &OpenError{Breaker: b.name, Reason: observe.RejectHalfOpenSaturated}
+	sh.errForced = &OpenError{Breaker: b.name, Reason: observe.RejectForcedOpen}
+	sh.errThrottled = &OpenError{Breaker: b.name, Reason: observe.RejectThrottled}
 	now := sh.now()
 	at := sh.exactInstant()
 	sh.since, sh.sinceMono = at.wall, at.mono

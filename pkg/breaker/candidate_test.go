@@ -186,9 +186,9 @@ func TestSetCandidate(t *testing.T) {
 	bad := tight()
 	bad.FailureRatio = 1.5
 	err := b.SetCandidate(bad)
-	var fe *FieldError
+	var fe *fieldError
 	if !errors.As(err, &fe) || fe.Field != "failureRatio" {
-		t.Errorf("an invalid candidate: %v, want a FieldError naming failureRatio", err)
+		t.Errorf("an invalid candidate: %v, want a fieldError naming failureRatio", err)
 	}
 	if st := candidateOf(t, b); st.Opens != 1 || st.Policy.FailureRatio != 0.2 {
 		t.Errorf("the old candidate did not stay: %+v", st)

@@ -16,12 +16,16 @@
 // once a millisecond, so bucket boundaries and the open timeout are observed up to about a
 // millisecond late (never early). Durations (windows, open periods) are measured on the
 // monotonic clock, so a step of the wall clock changes none of them; timestamps that leave
-// the process ([Transition].At, [Verdict].Since) are wall-clock time.
+// the process ([observe.Transition].At, [Verdict].Since) are wall-clock time.
 //
 // What processes share is the [Verdict] (a state and when it was reached), never the
-// counters: adapters publish it from an [Observer] and apply remote ones with
-// [Breaker.Adopt], off the call path. A [Registry] holds named breakers and hot-reloads their
-// policies.
+// counters: adapters publish it from an observer and apply remote ones with
+// [Breaker.Adopt], off the call path.
+//
+// Beside this package, one package per job: pkg/breaker/observe is what a breaker tells
+// those watching it (transitions, calls, retries; [WithObserver] takes its Observer), and
+// pkg/breaker/registry holds many breakers (a Registry of named breakers that hot-reloads
+// their policies, and a Group of one breaker per key).
 //
 // Besides opening and closing, a policy may budget retries ([Policy.RetryBudget]: [Retry] and
 // [Breaker.AllowRetry] retry only while retries stay a share of first attempts plus a

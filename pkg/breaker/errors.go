@@ -3,6 +3,8 @@ package breaker
 import (
 	"errors"
 	"strconv"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // ErrOpen is matched, with errors.Is, by every error of a short-circuited call. The error
@@ -13,16 +15,16 @@ var ErrOpen = errors.New("breaker: circuit open")
 // front, so that refusing a call allocates nothing; treat it as read-only.
 type OpenError struct {
 	Breaker string
-	Reason  RejectReason
+	Reason  observe.RejectReason
 }
 
 func (e *OpenError) Error() string {
 	switch e.Reason {
-	case RejectHalfOpenSaturated:
+	case observe.RejectHalfOpenSaturated:
 		return "breaker " + quote(e.Breaker) + ": circuit half-open, probe limit reached"
-	case RejectForcedOpen:
+	case observe.RejectForcedOpen:
 		return "breaker " + quote(e.Breaker) + ": circuit forced open"
-	case RejectThrottled:
+	case observe.RejectThrottled:
 		return "breaker " + quote(e.Breaker) + ": call throttled (circuit closed)"
 	}
 	return "breaker " + quote(e.Breaker) + ": circuit open"
@@ -31,7 +33,7 @@ func (e *OpenError) Error() string {
 // Is makes errors.Is(err, ErrOpen) hold for every OpenError, and errors.Is(err,
 // ErrThrottled) for one adaptive throttling rejected.
 func (e *OpenError) Is(target error) bool {
-	return target == ErrOpen || target == ErrThrottled && e.Reason == RejectThrottled
+	return target == ErrOpen || target == ErrThrottled && e.Reason == observe.RejectThrottled
 }
 
 func quote(s string) string { return strconv.Quote(s) }
@@ -39,5 +41,5 @@ func quote(s string) string { return strconv.Quote(s) }
 var (
 	_ error = (*OpenError)(nil)
 	_ error = (*PanicError)(nil)
-	_ error = (*FieldError)(nil)
+	_ error = (*fieldError)(nil)
 )

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 func ExampleBreaker_Execute() {
@@ -71,7 +73,7 @@ func ExampleBreaker_Allow() {
 // An observer sees every transition, after the breaker's lock is released.
 type logTransitions struct{}
 
-func (logTransitions) OnTransition(t breaker.Transition) {
+func (logTransitions) OnTransition(t observe.Transition) {
 	fmt.Printf("%s: %v -> %v (%v)\n", t.Breaker, t.From, t.To, t.Cause)
 }
 
@@ -82,7 +84,7 @@ func ExampleWithObserver() {
 }
 
 func ExampleRegistry() {
-	reg, _ := breaker.NewRegistry(breaker.DefaultPolicy())
+	reg, _ := registry.New(breaker.DefaultPolicy())
 	payments := reg.Get("payments")
 	payments.Trip()
 
@@ -104,7 +106,7 @@ func ExampleRegistry() {
 func ExampleGroup() {
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 3
-	tenants, err := breaker.NewGroup("tenant-db", p)
+	tenants, err := registry.NewGroup("tenant-db", p)
 	if err != nil {
 		panic(err)
 	}

@@ -38,7 +38,7 @@ func FuzzPolicyValidate(f *testing.F) {
 		clock := fakeclock.NewClock(time.Unix(0, clockAt))
 		b, nerr := New("fuzz", p, WithClock(clock))
 		if !valid {
-			if _, ok := errors.AsType[*FieldError](err); !ok {
+			if _, ok := errors.AsType[*fieldError](err); !ok {
 				t.Fatalf("refusal %v names no field", err)
 			}
 			if nerr == nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 func newFakeClock() *fakeclock.Clock {
@@ -20,15 +21,15 @@ var (
 // recorder is an Observer and CallObserver that keeps everything it is told.
 type recorder struct {
 	mu          sync.Mutex
-	transitions []Transition
-	ends        []CallEvent
+	transitions []observe.Transition
+	ends        []observe.CallEvent
 	starts      int
-	fallbacks   []FallbackReason
+	fallbacks   []observe.FallbackReason
 }
 
-var _ CallObserver = (*recorder)(nil)
+var _ observe.CallObserver = (*recorder)(nil)
 
-func (r *recorder) OnTransition(t Transition) {
+func (r *recorder) OnTransition(t observe.Transition) {
 	r.mu.Lock()
 	r.transitions = append(r.transitions, t)
 	r.mu.Unlock()
@@ -40,19 +41,19 @@ func (r *recorder) OnCallStart(string, State) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) OnCallEnd(e CallEvent) {
+func (r *recorder) OnCallEnd(e observe.CallEvent) {
 	r.mu.Lock()
 	r.ends = append(r.ends, e)
 	r.mu.Unlock()
 }
 
-func (r *recorder) OnFallback(_ string, reason FallbackReason, _ error) {
+func (r *recorder) OnFallback(_ string, reason observe.FallbackReason, _ error) {
 	r.mu.Lock()
 	r.fallbacks = append(r.fallbacks, reason)
 	r.mu.Unlock()
 }
 
-func (r *recorder) takeTransitions() []Transition {
+func (r *recorder) takeTransitions() []observe.Transition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.transitions
@@ -63,4 +64,4 @@ func (r *recorder) takeTransitions() []Transition {
 // transitionsOnly hides the CallObserver side of a recorder, to exercise the lock-free path.
 type transitionsOnly struct{ r *recorder }
 
-func (t transitionsOnly) OnTransition(tr Transition) { t.r.OnTransition(tr) }
+func (t transitionsOnly) OnTransition(tr observe.Transition) { t.r.OnTransition(tr) }

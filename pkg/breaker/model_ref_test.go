@@ -1,6 +1,10 @@
 package breaker
 
-import "time"
+import (
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+)
 
 // refModel is the reference the breaker is compared with: docs/design.md §5 written as plainly
 // as possible, single-threaded, with the window kept as a list of recorded outcomes tagged
@@ -27,7 +31,7 @@ type refModel struct {
 	awaiting   bool  // a probe was admitted at lastProbe and no outcome came after it
 	lastProbe  int64 // mono
 
-	transitions []Transition
+	transitions []observe.Transition
 	restarts    int // Trip on an open circuit
 }
 
@@ -111,11 +115,11 @@ func refPeriod(p Policy, k int) time.Duration {
 	return min(d, max(p.MaxOpenTimeout, p.OpenTimeout))
 }
 
-func (m *refModel) to(s State, cause TransitionCause, c Counts, at, now instant) {
-	m.toWith(s, cause, TriggerNone, c, at, now, 0, 0)
+func (m *refModel) to(s State, cause observe.TransitionCause, c Counts, at, now instant) {
+	m.toWith(s, cause, observe.TriggerNone, c, at, now, 0, 0)
 }
 
-func (m *refModel) toWith(s State, cause TransitionCause, trig Trigger, c Counts, at, now instant, opens int, openFor time.Duration) {
+func (m *refModel) toWith(s State, cause observe.TransitionCause, trig observe.Trigger, c Counts, at, now instant, opens int, openFor time.Duration) {
 	from := m.state
 	m.gen++
 	m.state = s
@@ -137,7 +141,7 @@ func (m *refModel) toWith(s State, cause TransitionCause, trig Trigger, c Counts
 		m.openTally = Counts{}
 		m.opens, m.openFor = 0, 0
 	}
-	tr := Transition{From: from, To: s, At: time.Unix(0, at.wall), Counts: c, Cause: cause, Trigger: trig, Period: m.gen}
+	tr := observe.Transition{From: from, To: s, At: time.Unix(0, at.wall), Counts: c, Cause: cause, Trigger: trig, Period: m.gen}
 	if s != Closed {
 		tr.ConsecutiveOpens, tr.OpenTimeout = m.opens, m.openFor
 	}
@@ -155,79 +159,79 @@ func (m *refModel) advance(now instant) {
 	// clock reads that moment as long before now as the monotonic clock does.
 	when := func(mono int64) instant { return instant{wall: now.wall - (now.mono - mono), mono: mono} }
 	if end := m.sinceMono + int64(m.openFor); m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= end {
-		m.to(HalfOpen, CauseTimeout, m.openTally, when(end), now)
+		m.to(HalfOpen, observe.CauseTimeout, m.openTally, when(end), now)
 	}
 	// No probe outcome for OpenTimeout after the last admission: the probes leaked.
 	if end := m.lastProbe + int64(m.p.OpenTimeout); m.state == HalfOpen && m.awaiting && now.mono >= end {
-		m.to(Open, CauseTimeout, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, when(end), now)
+		m.to(Open, observe.CauseTimeout, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, when(end), now)
 	}
 }
 
-func (m *refModel) admit(now instant) (refTicket, RejectReason) {
+func (m *refModel) admit(now instant) (refTicket, observe.RejectReason) {
 	m.advance(now)
 	t := refTicket{gen: m.gen, state: m.state, start: now.mono, slowAt: int64(m.p.SlowCallDuration)}
 	switch {
 	case m.state == Closed:
 		t.recorded = true
 	case m.p.Mode == ModeForcedOpen:
-		return t, RejectForcedOpen
+		return t, observe.RejectForcedOpen
 	case m.state == HalfOpen && m.inflight < m.p.HalfOpenPermittedCalls:
 		m.inflight++
 		m.awaiting, m.lastProbe = true, now.mono
 		t.recorded = true
 	case m.p.Mode == ModeMetricsOnly:
 	case m.state == HalfOpen:
-		return t, RejectHalfOpenSaturated
+		return t, observe.RejectHalfOpenSaturated
 	default:
-		return t, RejectOpen
+		return t, observe.RejectOpen
 	}
-	return t, RejectNone
+	return t, observe.RejectNone
 }
 
-func (m *refModel) finish(t refTicket, o Outcome, now instant) Outcome {
+func (m *refModel) finish(t refTicket, o observe.Outcome, now instant) observe.Outcome {
 	if !t.recorded {
-		return OutcomeIgnored
+		return observe.OutcomeIgnored
 	}
 	if t.state == HalfOpen && m.state == HalfOpen {
 		m.advance(now) // a probe answering after its period timed out is stale
 	}
 	if t.gen != m.gen {
-		return OutcomeIgnored
+		return observe.OutcomeIgnored
 	}
 	// §5.13: a call that took at least SlowCallDuration (as it stood when the call was
 	// admitted) is slow, whatever its outcome.
 	slow := t.slowAt > 0 && now.mono-t.start >= t.slowAt
 	switch m.state {
 	case Closed:
-		if o == OutcomeIgnored {
+		if o == observe.OutcomeIgnored {
 			return o
 		}
 		m.roll(now)
-		m.events = append(m.events, refEvent{idx: m.hi, fail: o == OutcomeFailure, slow: slow})
+		m.events = append(m.events, refEvent{idx: m.hi, fail: o == observe.OutcomeFailure, slow: slow})
 		if m.p.Mode == ModeForcedClosed {
 			return o
 		}
 		c := m.window()
 		enough := c.Calls >= int64(m.p.MinimumThroughput)
 		switch {
-		case o == OutcomeFailure && enough && float64(c.Failures)/float64(c.Calls) >= m.p.FailureRatio:
-			m.toWith(Open, CauseCalls, TriggerFailureRate, c, now, now, 0, 0)
+		case o == observe.OutcomeFailure && enough && float64(c.Failures)/float64(c.Calls) >= m.p.FailureRatio:
+			m.toWith(Open, observe.CauseCalls, observe.TriggerFailureRate, c, now, now, 0, 0)
 		case m.p.SlowCallDuration > 0 && enough && c.Slow > 0 && float64(c.Slow)/float64(c.Calls) >= m.p.SlowCallRatio:
-			m.toWith(Open, CauseCalls, TriggerSlowCallRate, c, now, now, 0, 0)
+			m.toWith(Open, observe.CauseCalls, observe.TriggerSlowCallRate, c, now, now, 0, 0)
 		}
 	case HalfOpen:
 		m.inflight--
 		m.awaiting = false
 		switch {
-		case o == OutcomeFailure:
-			m.toWith(Open, CauseCalls, TriggerFailedProbe, Counts{Calls: m.probeCalls + 1, Failures: 1, Successes: m.probeSucc, Slow: b2i(slow)}, now, now, 0, 0)
-		case o == OutcomeSuccess && slow:
-			m.toWith(Open, CauseCalls, TriggerSlowProbe, Counts{Calls: m.probeCalls + 1, Successes: m.probeSucc, Slow: 1}, now, now, 0, 0)
-		case o == OutcomeSuccess:
+		case o == observe.OutcomeFailure:
+			m.toWith(Open, observe.CauseCalls, observe.TriggerFailedProbe, Counts{Calls: m.probeCalls + 1, Failures: 1, Successes: m.probeSucc, Slow: b2i(slow)}, now, now, 0, 0)
+		case o == observe.OutcomeSuccess && slow:
+			m.toWith(Open, observe.CauseCalls, observe.TriggerSlowProbe, Counts{Calls: m.probeCalls + 1, Successes: m.probeSucc, Slow: 1}, now, now, 0, 0)
+		case o == observe.OutcomeSuccess:
 			m.probeCalls++
 			m.probeSucc++
 			if m.probeSucc >= int64(m.p.SuccessThreshold) {
-				m.to(Closed, CauseCalls, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
+				m.to(Closed, observe.CauseCalls, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
 			}
 		}
 	}
@@ -246,7 +250,7 @@ func (m *refModel) trip(now instant) {
 		m.restarts++
 		return
 	}
-	m.to(Open, CauseTrip, m.counts(now), now, now)
+	m.to(Open, observe.CauseTrip, m.counts(now), now, now)
 }
 
 func (m *refModel) update(p Policy, now instant) {
@@ -273,9 +277,9 @@ func (m *refModel) update(p Policy, now instant) {
 	}
 	switch {
 	case p.Mode == ModeForcedOpen && m.state != Open:
-		m.to(Open, CauseMode, m.counts(now), now, now)
+		m.to(Open, observe.CauseMode, m.counts(now), now, now)
 	case p.Mode == ModeForcedClosed && m.state != Closed:
-		m.to(Closed, CauseMode, m.counts(now), now, now)
+		m.to(Closed, observe.CauseMode, m.counts(now), now, now)
 	}
 }
 
@@ -324,18 +328,18 @@ func (m *refModel) adopt(v Verdict, now instant) bool {
 		if stale {
 			return false
 		}
-		m.toWith(Open, CauseAdopted, TriggerNone, m.counts(now), since, now, v.ConsecutiveOpens, v.OpenTimeout)
+		m.toWith(Open, observe.CauseAdopted, observe.TriggerNone, m.counts(now), since, now, v.ConsecutiveOpens, v.OpenTimeout)
 	case HalfOpen:
 		if m.state != Open || stale {
 			return false
 		}
-		m.to(HalfOpen, CauseAdopted, m.openTally, since, now)
+		m.to(HalfOpen, observe.CauseAdopted, m.openTally, since, now)
 	case Closed:
 		// Stale only against the open period it would end.
 		if m.state == Closed || m.changed && since.wall < m.openedAt {
 			return false
 		}
-		m.to(Closed, CauseAdopted, m.counts(now), since, now)
+		m.to(Closed, observe.CauseAdopted, m.counts(now), since, now)
 	}
 	return true
 }

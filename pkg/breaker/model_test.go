@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // modelPolicy draws a valid policy from small values, so that thresholds are reached often.
@@ -76,7 +78,7 @@ func (c *modelCandidate) admit(lc *liveCall, now instant) {
 	}
 }
 
-func (c *modelCandidate) finish(lc liveCall, o Outcome, now instant) {
+func (c *modelCandidate) finish(lc liveCall, o observe.Outcome, now instant) {
 	if c.m != nil && lc.shown && lc.cepoch == c.epoch {
 		c.m.finish(lc.cref, o, now)
 	}
@@ -185,7 +187,7 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 	clock := newFakeClock()
 	clock.Advance(time.Duration(r.Int64N(int64(time.Hour))))
 	rec := &recorder{}
-	var obs Observer = transitionsOnly{rec}
+	var obs observe.Observer = transitionsOnly{rec}
 	if observed {
 		obs = rec
 	}
@@ -217,8 +219,8 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 	}
 	outcomes := []struct {
 		err error
-		o   Outcome
-	}{{nil, OutcomeSuccess}, {nil, OutcomeSuccess}, {errBoom, OutcomeFailure}, {errBoom, OutcomeFailure}, {context.Canceled, OutcomeIgnored}, {errBenign, OutcomeSuccess}}
+		o   observe.Outcome
+	}{{nil, observe.OutcomeSuccess}, {nil, observe.OutcomeSuccess}, {errBoom, observe.OutcomeFailure}, {errBoom, observe.OutcomeFailure}, {context.Canceled, observe.OutcomeIgnored}, {errBenign, observe.OutcomeSuccess}}
 
 	for step := range steps {
 		switch k := r.IntN(100); {
@@ -226,7 +228,7 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 			done, err := b.Allow()
 			tk, reason := m.admit(now())
 			fmt.Fprintf(&log, "%d allow -> %v (model %v)\n", step, err, reason)
-			if (err == nil) != (reason == RejectNone) {
+			if (err == nil) != (reason == observe.RejectNone) {
 				fail("Allow: breaker err %v, model reject %q", err, reason)
 			}
 			if err != nil {
@@ -330,14 +332,14 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 			func() {
 				defer func() { _ = recover() }()
 				tk, reason := m.admit(now())
-				if reason == RejectNone {
-					m.finish(tk, OutcomeFailure, now())
+				if reason == observe.RejectNone {
+					m.finish(tk, observe.OutcomeFailure, now())
 					var lc liveCall
 					cand.admit(&lc, now())
-					cand.finish(lc, OutcomeFailure, now())
+					cand.finish(lc, observe.OutcomeFailure, now())
 				}
 				err := b.Execute(context.Background(), func(context.Context) error { panic("boom") })
-				if reason == RejectNone || !errors.Is(err, ErrOpen) {
+				if reason == observe.RejectNone || !errors.Is(err, ErrOpen) {
 					fail("Execute returned %v without re-raising the panic; model reject %q", err, reason)
 				}
 			}()
@@ -382,17 +384,17 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 		m.transitions = nil
 		for _, w := range want {
 			switch {
-			case w.From == HalfOpen && w.To == Open && w.Cause == CauseTimeout:
+			case w.From == HalfOpen && w.To == Open && w.Cause == observe.CauseTimeout:
 				reached.leakReopens++
-			case w.Trigger == TriggerSlowCallRate:
+			case w.Trigger == observe.TriggerSlowCallRate:
 				reached.slowTrips++
-			case w.Trigger == TriggerSlowProbe:
+			case w.Trigger == observe.TriggerSlowProbe:
 				reached.slowProbes++
 			}
-			if w.To == Open && w.Cause == CauseAdopted && w.OpenTimeout != m.p.OpenTimeout {
+			if w.To == Open && w.Cause == observe.CauseAdopted && w.OpenTimeout != m.p.OpenTimeout {
 				reached.adoptedPeriods++
 			}
-			if w.To == Open && w.OpenTimeout > m.p.OpenTimeout && w.Cause != CauseAdopted {
+			if w.To == Open && w.OpenTimeout > m.p.OpenTimeout && w.Cause != observe.CauseAdopted {
 				reached.backedOff++
 			}
 		}
@@ -410,8 +412,8 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 	// Whatever is still in flight finishes; the breaker must stay consistent.
 	for _, c := range calls {
 		c.done(nil)
-		m.finish(c.ref, OutcomeSuccess, now())
-		cand.finish(c, OutcomeSuccess, now())
+		m.finish(c.ref, observe.OutcomeSuccess, now())
+		cand.finish(c, observe.OutcomeSuccess, now())
 	}
 	if withCandidate {
 		got, _ := b.Candidate()

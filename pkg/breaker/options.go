@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Clock tells the time. Tests inject a fake one with [WithClock].
@@ -22,7 +24,7 @@ type Option func(*options)
 type options struct {
 	clock     Clock
 	isFailure func(error) bool
-	observers []Observer
+	observers []observe.Observer
 }
 
 // WithClock makes the breaker read time from c on every call instead of from the shared
@@ -47,8 +49,8 @@ func WithClassifier(isFailure func(error) bool) Option {
 }
 
 // WithObserver adds an observer; it may be given several times. An observer that also
-// implements [CallObserver] sees every call.
-func WithObserver(obs Observer) Option {
+// implements [observe.CallObserver] sees every call.
+func WithObserver(obs observe.Observer) Option {
 	return func(o *options) {
 		if obs != nil {
 			o.observers = append(o.observers, obs)

@@ -7,30 +7,20 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/circuit"
 )
 
-// State is the state of a circuit.
-type State int32
+// State is the state of a circuit: Closed, Open or HalfOpen. Its String method spells
+// them "closed", "open" and "half_open", as telemetry does. It is the type package observe
+// speaks of too.
+type State = circuit.State
 
 // The three states of a circuit. The zero value is Closed.
 const (
-	Closed State = iota
-	Open
-	HalfOpen
+	Closed   = circuit.Closed
+	Open     = circuit.Open
+	HalfOpen = circuit.HalfOpen
 )
-
-// String returns "closed", "open" or "half_open", the spelling used in telemetry.
-func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half_open"
-	}
-	return fmt.Sprintf("State(%d)", int32(s))
-}
 
 // Mode says how far a breaker acts on its own verdict. Its values are the ones the
 // published configuration spells.
@@ -56,7 +46,7 @@ func (m Mode) validate() error {
 	case "", ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed:
 		return nil
 	}
-	return &FieldError{Field: "mode", Value: string(m), Reason: "must be one of Enforce, MetricsOnly, ForcedOpen, ForcedClosed"}
+	return &fieldError{Field: "mode", Value: string(m), Reason: "must be one of Enforce, MetricsOnly, ForcedOpen, ForcedClosed"}
 }
 
 // Policy configures a breaker. Like gobreaker's Settings, its zero value works: every
@@ -147,8 +137,9 @@ func DefaultPolicy() Policy {
 // Validate refuses only what would make a breaker meaningless; the tighter bounds of the
 // CircuitBreaker resource are the operator's business, so that a library user with unusual
 // needs (a 100ms window in a test, say) is not stopped. A zero field is not refused: it
-// takes the default (see [Policy]). Every offending field is reported, each as a
-// [*FieldError].
+// takes the default (see [Policy]). Every offending field is reported, joined, each
+// error naming the field by its rendered name and the value refused:
+// `breaker: invalid failureRatio 2: must be between 0 and 1 (0 means the default)`.
 func (p Policy) Validate() error {
 	var errs []error
 	for _, d := range []struct {
@@ -156,7 +147,7 @@ func (p Policy) Validate() error {
 		v     time.Duration
 	}{{"openTimeout", p.OpenTimeout}, {"window", p.Window}, {"slowCallDuration", p.SlowCallDuration}, {"maxOpenTimeout", p.MaxOpenTimeout}} {
 		if d.v < 0 {
-			errs = append(errs, &FieldError{Field: d.field, Value: d.v.String(), Reason: "must not be negative (0 means the default)"})
+			errs = append(errs, &fieldError{Field: d.field, Value: d.v.String(), Reason: "must not be negative (0 means the default)"})
 		}
 	}
 	for _, r := range []struct {
@@ -165,7 +156,7 @@ func (p Policy) Validate() error {
 	}{{"failureRatio", p.FailureRatio}, {"slowCallRatio", p.SlowCallRatio}} {
 		// The negated comparison also refuses NaN.
 		if !(r.v >= 0 && r.v <= 1) {
-			errs = append(errs, &FieldError{Field: r.field, Value: formatFloat(r.v), Reason: "must be between 0 and 1 (0 means the default)"})
+			errs = append(errs, &fieldError{Field: r.field, Value: formatFloat(r.v), Reason: "must be between 0 and 1 (0 means the default)"})
 		}
 	}
 	for _, c := range []struct {
@@ -173,7 +164,7 @@ func (p Policy) Validate() error {
 		v     int
 	}{{"minimumThroughput", p.MinimumThroughput}, {"successThreshold", p.SuccessThreshold}, {"halfOpenPermittedCalls", p.HalfOpenPermittedCalls}} {
 		if c.v < 0 {
-			errs = append(errs, &FieldError{Field: c.field, Value: fmt.Sprint(c.v), Reason: "must be at least 1 (0 means the default)"})
+			errs = append(errs, &fieldError{Field: c.field, Value: fmt.Sprint(c.v), Reason: "must be at least 1 (0 means the default)"})
 		}
 	}
 	if err := p.Mode.validate(); err != nil {
@@ -181,7 +172,7 @@ func (p Policy) Validate() error {
 	}
 	errs = append(errs, p.validateBudgetAndThrottle()...)
 	if d := p.withDefaults(); p.MaxOpenTimeout > 0 && d.OpenTimeout > 0 && p.MaxOpenTimeout < d.OpenTimeout {
-		errs = append(errs, &FieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + d.OpenTimeout.String() + ")"})
+		errs = append(errs, &fieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + d.OpenTimeout.String() + ")"})
 	}
 	return errors.Join(errs...)
 }
@@ -249,13 +240,13 @@ func (p Policy) longestOpen() time.Duration { return max(p.OpenTimeout, p.MaxOpe
 // inside the int32 a BreakerReport carries.
 const maxAdoptedOpens = 1 << 30
 
-// FieldError says which policy field was refused and why.
-type FieldError struct {
+// fieldError says which policy field was refused and why.
+type fieldError struct {
 	Field  string // the field's name in the rendered configuration, e.g. "failureRatio"
 	Value  string // the refused value, as text
 	Reason string
 }
 
-func (e *FieldError) Error() string {
+func (e *fieldError) Error() string {
 	return fmt.Sprintf("breaker: invalid %s %s: %s", e.Field, e.Value, e.Reason)
 }

@@ -15,15 +15,15 @@ func (p Policy) validateBudgetAndThrottle() []error {
 	var errs []error
 	if rb := p.RetryBudget; rb != nil {
 		if rb.Percent < 0 || rb.Percent > 100 {
-			errs = append(errs, &FieldError{Field: "retryBudget.percent", Value: fmt.Sprint(rb.Percent), Reason: "must be between 0 and 100"})
+			errs = append(errs, &fieldError{Field: "retryBudget.percent", Value: fmt.Sprint(rb.Percent), Reason: "must be between 0 and 100"})
 		}
 		if rb.MinPerSecond < 0 {
-			errs = append(errs, &FieldError{Field: "retryBudget.minPerSecond", Value: fmt.Sprint(rb.MinPerSecond), Reason: "must not be negative"})
+			errs = append(errs, &fieldError{Field: "retryBudget.minPerSecond", Value: fmt.Sprint(rb.MinPerSecond), Reason: "must not be negative"})
 		}
 	}
 	if th := p.Throttle; th != nil && !(th.K >= 1 && !math.IsInf(th.K, 1)) {
 		// The negated comparison also refuses NaN.
-		errs = append(errs, &FieldError{Field: "throttle.k", Value: formatFloat(th.K), Reason: "must be a finite number of at least 1"})
+		errs = append(errs, &fieldError{Field: "throttle.k", Value: formatFloat(th.K), Reason: "must be a finite number of at least 1"})
 	}
 	return errs
 }

@@ -20,9 +20,9 @@ func TestValidateRetryBudgetAndThrottle(t *testing.T) {
 		{"k infinite", Policy{Throttle: &Throttle{K: math.Inf(1)}}, "throttle.k"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fe, ok := errors.AsType[*FieldError](tc.p.Validate())
+			fe, ok := errors.AsType[*fieldError](tc.p.Validate())
 			if !ok || fe.Field != tc.field {
-				t.Fatalf("Validate() = %v, want a FieldError naming %s", tc.p.Validate(), tc.field)
+				t.Fatalf("Validate() = %v, want a fieldError naming %s", tc.p.Validate(), tc.field)
 			}
 			if _, err := New("x", tc.p); err == nil {
 				t.Fatal("New accepted the policy")

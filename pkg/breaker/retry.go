@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // The retry budget (docs/design.md §5.15): over the window, a pod's retries are at most
@@ -33,15 +35,6 @@ func (e *RetryBudgetError) Error() string {
 
 // Unwrap returns ErrRetryBudget and the last attempt's error.
 func (e *RetryBudgetError) Unwrap() []error { return []error{ErrRetryBudget, e.Last} }
-
-// RetryObserver is an Observer that also sees every retry asked of a budgeted breaker.
-// Breakers without one pay nothing for it.
-type RetryObserver interface {
-	Observer
-	// OnRetry: a retry was allowed (and is then a call like any other), or the budget
-	// refused it.
-	OnRetry(breaker string, allowed bool)
-}
 
 // AllowRetry takes one retry from the budget (§5.15): false when the budget is spent, or
 // while the circuit refuses calls (open under Enforce, or ForcedOpen). With no RetryBudget,
@@ -148,7 +141,7 @@ func Retry(ctx context.Context, b *Breaker, attempts int, fn func(context.Contex
 	}
 	for n := 1; ; n++ {
 		err := b.Execute(ctx, fn)
-		if err == nil || n >= attempts || errors.Is(err, ErrOpen) || b.classify(err, false) != OutcomeFailure {
+		if err == nil || n >= attempts || errors.Is(err, ErrOpen) || b.classify(err, false) != observe.OutcomeFailure {
 			return err
 		}
 		wait := o.backoff(n)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Slow calls and backed-off open periods (docs/design.md §5.13). The model test covers them
@@ -32,7 +33,7 @@ func TestSlowCallsOpenTheCircuit(t *testing.T) {
 	for _, observed := range []bool{false, true} {
 		clock := newFakeClock()
 		rec := &recorder{}
-		var obs Observer = transitionsOnly{rec}
+		var obs observe.Observer = transitionsOnly{rec}
 		if observed {
 			obs = rec
 		}
@@ -60,7 +61,7 @@ func TestSlowCallsOpenTheCircuit(t *testing.T) {
 			t.Fatalf("observed=%v: state %v after 2 slow calls of 4, want open", observed, b.State())
 		}
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].Trigger != TriggerSlowCallRate || tr[0].Cause != CauseCalls || tr[0].Counts != (Counts{Calls: 4, Slow: 2}) {
+		if len(tr) != 1 || tr[0].Trigger != observe.TriggerSlowCallRate || tr[0].Cause != observe.CauseCalls || tr[0].Counts != (Counts{Calls: 4, Slow: 2}) {
 			t.Fatalf("observed=%v: transitions %+v, want one to open on the slow-call rate with 2 slow of 4", observed, tr)
 		}
 		if got := b.Counts(); got != (Counts{Calls: 4, Slow: 2}) {
@@ -134,7 +135,7 @@ func TestSlowCallJudging(t *testing.T) {
 			_ = b.Execute(ctx, takes(clock, 2*time.Second, nil))
 		}
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].To != Open || tr[0].Trigger != TriggerSlowCallRate {
+		if len(tr) != 1 || tr[0].To != Open || tr[0].Trigger != observe.TriggerSlowCallRate {
 			t.Fatalf("transitions %+v, want one slow-call trip", tr)
 		}
 		ran := false
@@ -190,7 +191,7 @@ func TestSlowProbeReopens(t *testing.T) {
 	}
 	tr := rec.takeTransitions()
 	last := tr[len(tr)-1]
-	if b.State() != Open || last.Trigger != TriggerSlowProbe || last.From != HalfOpen || last.Counts != (Counts{Calls: 2, Successes: 1, Slow: 1}) {
+	if b.State() != Open || last.Trigger != observe.TriggerSlowProbe || last.From != HalfOpen || last.Counts != (Counts{Calls: 2, Successes: 1, Slow: 1}) {
 		t.Fatalf("state %v, last transition %+v: want a slow probe to re-open", b.State(), last)
 	}
 }
@@ -306,7 +307,7 @@ func TestPolicyValidateNewFields(t *testing.T) {
 		p := DefaultPolicy()
 		tc.mut(&p)
 		err := p.Validate()
-		var fe *FieldError
+		var fe *fieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%+v: Validate() = %v, want an error naming %s", p, err, tc.field)
 		}

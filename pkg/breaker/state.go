@@ -1,6 +1,10 @@
 package breaker
 
-import "time"
+import (
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+)
 
 // The state machine (§5.1–§5.4): what an outcome does to the state, the transitions
 // themselves, and the lazy open → half-open move. Every function here runs with mu held;
@@ -8,10 +12,10 @@ import "time"
 
 // record applies the outcome of a call admitted in the current period; slow says the call
 // took at least SlowCallDuration (§5.13). Caller holds mu.
-func (b *Breaker) record(now int64, o Outcome, slow bool, err error, pend *pending) Outcome {
+func (b *Breaker) record(now int64, o observe.Outcome, slow bool, err error, pend *pending) observe.Outcome {
 	switch b.state {
 	case Closed:
-		if o == OutcomeIgnored {
+		if o == observe.OutcomeIgnored {
 			return o
 		}
 		b.roll(now)
@@ -19,7 +23,7 @@ func (b *Breaker) record(now int64, o Outcome, slow bool, err error, pend *pendi
 		if slow {
 			b.liveSlow++
 		}
-		if o == OutcomeFailure {
+		if o == observe.OutcomeFailure {
 			b.liveFailures++
 			b.bucket.Load().failures.Add(1)
 			defer b.armThrottle()
@@ -31,10 +35,10 @@ func (b *Breaker) record(now int64, o Outcome, slow bool, err error, pend *pendi
 		// call: a fast success can bring the window to MinimumThroughput calls.
 		c := b.windowCounts()
 		switch {
-		case o == OutcomeFailure && c.Calls >= int64(b.policy.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= b.policy.FailureRatio:
-			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerFailureRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
+		case o == observe.OutcomeFailure && c.Calls >= int64(b.policy.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= b.policy.FailureRatio:
+			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerFailureRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
 		case b.slowTrips(c):
-			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerSlowCallRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
+			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerSlowCallRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
 		default:
 			b.guardSlow(c)
 		}
@@ -46,18 +50,18 @@ func (b *Breaker) record(now int64, o Outcome, slow bool, err error, pend *pendi
 		}
 		b.awaitingProbe = false
 		switch {
-		case o == OutcomeFailure:
+		case o == observe.OutcomeFailure:
 			c := Counts{Calls: b.probeCalls + 1, Failures: 1, Successes: b.probeSuccesses, Slow: b2i(slow)}
-			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerFailedProbe, counts: c, err: err, at: b.exactInstant()}, now, pend)
-		case o == OutcomeSuccess && slow:
+			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerFailedProbe, counts: c, err: err, at: b.exactInstant()}, now, pend)
+		case o == observe.OutcomeSuccess && slow:
 			// A slow probe is a failed probe: the dependency answers, too late.
 			c := Counts{Calls: b.probeCalls + 1, Successes: b.probeSuccesses, Slow: 1}
-			b.transition(move{to: Open, cause: CauseCalls, trigger: TriggerSlowProbe, counts: c, at: b.exactInstant()}, now, pend)
-		case o == OutcomeSuccess:
+			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerSlowProbe, counts: c, at: b.exactInstant()}, now, pend)
+		case o == observe.OutcomeSuccess:
 			b.probeCalls++
 			b.probeSuccesses++
 			if b.probeSuccesses >= int64(b.policy.SuccessThreshold) {
-				b.transition(move{to: Closed, cause: CauseCalls, counts: b.probeCounts(), at: b.exactInstant()}, now, pend)
+				b.transition(move{to: Closed, cause: observe.CauseCalls, counts: b.probeCounts(), at: b.exactInstant()}, now, pend)
 			}
 		}
 	}
@@ -110,8 +114,8 @@ func (b *Breaker) counts(now int64) Counts {
 // move is one transition to make.
 type move struct {
 	to      State
-	cause   TransitionCause
-	trigger Trigger
+	cause   observe.TransitionCause
+	trigger observe.Trigger
 	counts  Counts // the counts behind it (Transition.Counts)
 	err     error
 	// at is when the state is reached (for an adopted verdict, its Since).
@@ -155,7 +159,7 @@ func (b *Breaker) transition(m move, now int64, pend *pending) {
 	b.resetWindow(now)
 	b.resetTally(now)
 	b.publish()
-	t := Transition{Breaker: b.name, From: from, To: m.to, At: time.Unix(0, m.at.wall), Counts: m.counts, Err: m.err, Cause: m.cause, Trigger: m.trigger, Period: b.gen}
+	t := observe.Transition{Breaker: b.name, From: from, To: m.to, At: time.Unix(0, m.at.wall), Counts: m.counts, Err: m.err, Cause: m.cause, Trigger: m.trigger, Period: b.gen}
 	if m.to != Closed {
 		t.ConsecutiveOpens, t.OpenTimeout = b.opens, b.openFor
 	}
@@ -164,7 +168,7 @@ func (b *Breaker) transition(m move, now int64, pend *pending) {
 
 // openNow opens the circuit for Trip, a forced mode or Adopt, keeping the tally that
 // opened it. Caller holds mu.
-func (b *Breaker) openNow(cause TransitionCause, at instant, now int64, pend *pending) {
+func (b *Breaker) openNow(cause observe.TransitionCause, at instant, now int64, pend *pending) {
 	b.transition(move{to: Open, cause: cause, counts: b.counts(now), at: at}, now, pend)
 }
 
@@ -198,11 +202,11 @@ func (b *Breaker) advance(now int64, pend *pending) {
 	switch b.state {
 	case Open:
 		if end := b.openUntil(); b.policy.Mode != ModeForcedOpen && now >= end {
-			b.transition(move{to: HalfOpen, cause: CauseTimeout, counts: b.openTally, at: b.exactInstant().at(end)}, now, pend)
+			b.transition(move{to: HalfOpen, cause: observe.CauseTimeout, counts: b.openTally, at: b.exactInstant().at(end)}, now, pend)
 		}
 	case HalfOpen:
 		if end := addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)); b.awaitingProbe && now >= end {
-			b.transition(move{to: Open, cause: CauseTimeout, counts: b.probeCounts(), at: b.exactInstant().at(end)}, now, pend)
+			b.transition(move{to: Open, cause: observe.CauseTimeout, counts: b.probeCounts(), at: b.exactInstant().at(end)}, now, pend)
 		}
 	}
 }
@@ -210,10 +214,10 @@ func (b *Breaker) advance(now int64, pend *pending) {
 // pending collects the transitions made under the lock, to be delivered after it.
 type pending struct {
 	n int
-	t [2]Transition
+	t [2]observe.Transition
 }
 
-func (p *pending) add(t Transition) {
+func (p *pending) add(t observe.Transition) {
 	if p.n < len(p.t) {
 		p.t[p.n] = t
 		p.n++

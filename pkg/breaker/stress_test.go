@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // TestStress runs 64 goroutines against one breaker with a flaky function while the clock
@@ -31,19 +33,19 @@ type countingObserver struct {
 	leakReopens                               atomic.Int64
 }
 
-func (c *countingObserver) OnTransition(t Transition) {
-	if t.From == HalfOpen && t.To == Open && t.Cause == CauseTimeout {
+func (c *countingObserver) OnTransition(t observe.Transition) {
+	if t.From == HalfOpen && t.To == Open && t.Cause == observe.CauseTimeout {
 		c.leakReopens.Add(1)
 	}
 }
-func (c *countingObserver) OnCallStart(string, State)                { c.starts.Add(1) }
-func (c *countingObserver) OnFallback(string, FallbackReason, error) {}
-func (c *countingObserver) OnCallEnd(e CallEvent) {
+func (c *countingObserver) OnCallStart(string, State)                        { c.starts.Add(1) }
+func (c *countingObserver) OnFallback(string, observe.FallbackReason, error) {}
+func (c *countingObserver) OnCallEnd(e observe.CallEvent) {
 	switch e.Outcome {
-	case OutcomeRejected:
+	case observe.OutcomeRejected:
 		c.rejected.Add(1)
 		return
-	case OutcomeIgnored:
+	case observe.OutcomeIgnored:
 		c.ignored.Add(1)
 	default:
 		c.recorded.Add(1)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // referenceProbability is §5.16's formula in exact rational arithmetic.
@@ -88,7 +89,7 @@ func TestThrottleRejectsClosedCalls(t *testing.T) {
 		if ran || !errors.Is(err, ErrOpen) || !errors.Is(err, ErrThrottled) {
 			t.Fatalf("observed=%v: ran=%v err=%v, want a throttled refusal", observed, ran, err)
 		}
-		if oe, _ := errors.AsType[*OpenError](err); oe.Reason != RejectThrottled {
+		if oe, _ := errors.AsType[*OpenError](err); oe.Reason != observe.RejectThrottled {
 			t.Fatalf("reason %v", oe.Reason)
 		}
 		if c := b.Counts(); c.Calls != 6 || c.Failures != 5 {
@@ -106,7 +107,7 @@ func TestThrottleRejectsClosedCalls(t *testing.T) {
 		if observed {
 			var rejected int
 			for _, e := range rec.ends {
-				if e.Outcome == OutcomeRejected && e.Reason == RejectThrottled {
+				if e.Outcome == observe.OutcomeRejected && e.Reason == observe.RejectThrottled {
 					rejected++
 				}
 			}

@@ -1,6 +1,10 @@
 package breaker
 
-import "time"
+import (
+	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+)
 
 // Verdict is what processes share about a breaker: its state and when that was reached,
 // never its counters (§5.10). Not even the half-open probe successes: each process needs
@@ -118,12 +122,12 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		if stale {
 			return false
 		}
-		b.transition(move{to: Open, cause: CauseAdopted, counts: b.counts(now), at: since, opens: v.ConsecutiveOpens, openFor: v.OpenTimeout}, now, pend)
+		b.transition(move{to: Open, cause: observe.CauseAdopted, counts: b.counts(now), at: since, opens: v.ConsecutiveOpens, openFor: v.OpenTimeout}, now, pend)
 	case HalfOpen:
 		if b.state != Open || stale {
 			return false
 		}
-		b.transition(move{to: HalfOpen, cause: CauseAdopted, counts: b.openTally, at: since}, now, pend)
+		b.transition(move{to: HalfOpen, cause: observe.CauseAdopted, counts: b.openTally, at: since}, now, pend)
 	case Closed:
 		// A closed verdict ends every open period that started before it. It is
 		// judged against when this circuit opened, not when it went half-open:
@@ -132,7 +136,7 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		if b.state == Closed || b.changed && since.wall < b.openedAt {
 			return false
 		}
-		b.transition(move{to: Closed, cause: CauseAdopted, counts: b.counts(now), at: since}, now, pend)
+		b.transition(move{to: Closed, cause: observe.CauseAdopted, counts: b.counts(now), at: since}, now, pend)
 	default:
 		return false
 	}

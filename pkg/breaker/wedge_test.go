@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // The tests in this file are the guards docs/semantics.md lists under "What cannot wedge a
@@ -14,7 +16,7 @@ import (
 // TestLeakedProbe: a half-open period in which no probe outcome arrives for OpenTimeout
 // after the last admission re-opens the circuit (docs/design.md §5.3).
 func TestLeakedProbe(t *testing.T) {
-	wantRefused := func(t *testing.T, b *Breaker, reason RejectReason) {
+	wantRefused := func(t *testing.T, b *Breaker, reason observe.RejectReason) {
 		t.Helper()
 		_, err := b.Allow()
 		if oe, ok := errors.AsType[*OpenError](err); !ok || oe.Reason != reason {
@@ -31,12 +33,12 @@ func TestLeakedProbe(t *testing.T) {
 		}
 		rec.takeTransitions()
 		clock.Advance(30*time.Second - 1)
-		wantRefused(t, b, RejectHalfOpenSaturated) // the slot is still held
+		wantRefused(t, b, observe.RejectHalfOpenSaturated) // the slot is still held
 		wantState(t, b, HalfOpen)
 		clock.Advance(1)
-		wantRefused(t, b, RejectOpen)
+		wantRefused(t, b, observe.RejectOpen)
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].From != HalfOpen || tr[0].To != Open || tr[0].Cause != CauseTimeout || tr[0].Err != nil || tr[0].Counts != (Counts{}) {
+		if len(tr) != 1 || tr[0].From != HalfOpen || tr[0].To != Open || tr[0].Cause != observe.CauseTimeout || tr[0].Err != nil || tr[0].Counts != (Counts{}) {
 			t.Fatalf("transitions = %+v", tr)
 		}
 		reopened := clock.Now()
@@ -48,7 +50,7 @@ func TestLeakedProbe(t *testing.T) {
 		if len(rec.takeTransitions()) != 0 {
 			t.Fatal("the late done moved the state")
 		}
-		if e := rec.ends[len(rec.ends)-1]; e.Outcome != OutcomeIgnored || e.Initial != HalfOpen || e.Final != Open {
+		if e := rec.ends[len(rec.ends)-1]; e.Outcome != observe.OutcomeIgnored || e.Initial != HalfOpen || e.Final != Open {
 			t.Fatalf("late done's call event %+v", e)
 		}
 		// A new open period of the usual length, then probing as usual.
@@ -77,7 +79,7 @@ func TestLeakedProbe(t *testing.T) {
 		rec.takeTransitions()
 		slow(nil)
 		wantCounts(t, b, Counts{})
-		if tr := rec.takeTransitions(); len(tr) != 1 || tr[0].To != Open || tr[0].Cause != CauseTimeout {
+		if tr := rec.takeTransitions(); len(tr) != 1 || tr[0].To != Open || tr[0].Cause != observe.CauseTimeout {
 			t.Fatalf("transitions = %+v", tr)
 		}
 	})
@@ -142,9 +144,9 @@ func TestLeakedProbe(t *testing.T) {
 		ok, _ := b.Allow()
 		ok(nil)
 		second, _ := b.Allow() // leaks, as first does: both slots held
-		wantRefused(t, b, RejectHalfOpenSaturated)
+		wantRefused(t, b, observe.RejectHalfOpenSaturated)
 		clock.Advance(30 * time.Second)
-		wantRefused(t, b, RejectOpen)
+		wantRefused(t, b, observe.RejectOpen)
 		first(nil)
 		second(nil)
 		clock.Advance(30 * time.Second)
@@ -225,7 +227,7 @@ func TestLeakedProbe(t *testing.T) {
 		if s, _ := Call(context.Background(), b, cb); s != "fallback" {
 			t.Fatalf("got %q, want the fallback of a re-opened circuit", s)
 		}
-		if f := rec.fallbacks[len(rec.fallbacks)-1]; f != FallbackOpen {
+		if f := rec.fallbacks[len(rec.fallbacks)-1]; f != observe.FallbackOpen {
 			t.Fatalf("fallback reason %v", f)
 		}
 		close(release)
@@ -251,29 +253,8 @@ func TestLeakedProbe(t *testing.T) {
 		leaked(nil)
 		wantState(t, b, Open)
 		tr := rec.takeTransitions()
-		if last := tr[len(tr)-1]; last.From != HalfOpen || last.To != Open || last.Cause != CauseTimeout {
+		if last := tr[len(tr)-1]; last.From != HalfOpen || last.To != Open || last.Cause != observe.CauseTimeout {
 			t.Fatalf("transitions = %+v", tr)
-		}
-	})
-	t.Run("through a Registry", func(t *testing.T) {
-		clock := newFakeClock()
-		r, err := NewRegistry(testPolicy(), WithClock(clock))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := r.Get("db")
-		b.Trip()
-		clock.Advance(30 * time.Second)
-		_, _ = b.Allow()
-		// A reload while the probe is out keeps it out, and shortens its limit.
-		p := testPolicy()
-		p.OpenTimeout = 5 * time.Second
-		if err := r.Apply(map[string]Policy{"db": p}); err != nil {
-			t.Fatal(err)
-		}
-		clock.Advance(5 * time.Second)
-		if got, _ := r.Lookup("db"); got.State() != Open {
-			t.Fatalf("state %v, want re-opened", got.State())
 		}
 	})
 }

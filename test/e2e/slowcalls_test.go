@@ -16,6 +16,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // A dependency that answers slowly but successfully opens a circuit that judges slow
@@ -109,10 +110,10 @@ func TestASlowCallTripShowsOnTheResourceWithItsReason(t *testing.T) {
 // opens records the open periods a breaker entered, as its observer sees them.
 type opens struct {
 	mu   sync.Mutex
-	seen []breaker.Transition // guarded by mu
+	seen []observe.Transition // guarded by mu
 }
 
-func (o *opens) OnTransition(t breaker.Transition) {
+func (o *opens) OnTransition(t observe.Transition) {
 	if t.To != breaker.Open {
 		return
 	}
@@ -122,7 +123,7 @@ func (o *opens) OnTransition(t breaker.Transition) {
 }
 
 // entered returns the k-th consecutive open period the breaker entered, if it did.
-func (o *opens) entered(k int) (breaker.Transition, bool) {
+func (o *opens) entered(k int) (observe.Transition, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for i := len(o.seen) - 1; i >= 0; i-- {
@@ -130,7 +131,7 @@ func (o *opens) entered(k int) (breaker.Transition, bool) {
 			return o.seen[i], true
 		}
 	}
-	return breaker.Transition{}, false
+	return observe.Transition{}, false
 }
 
 // A fleet whose probes keep failing backs off as one (docs/design.md §5.13): the k-th

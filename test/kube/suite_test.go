@@ -33,6 +33,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // The envtest control plane every test of this package shares; each test works in its
@@ -182,7 +183,7 @@ type instance struct {
 	pod    string
 	uid    types.UID // of its Pod object; empty with noPod
 	agent  *kube.Agent
-	reg    *breaker.Registry
+	reg    *registry.Registry
 	cancel context.CancelFunc
 	// mutations counts the mutating requests this instance sent to the API server.
 	mutations *atomic.Int64

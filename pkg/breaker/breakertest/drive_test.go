@@ -10,6 +10,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -54,7 +55,7 @@ func TestOpenTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantState(t, b, breaker.Open)
-	if last, _ := rec.Last(); last.Cause != breaker.CauseTrip {
+	if last, _ := rec.Last(); last.Cause != observe.CauseTrip {
 		t.Fatalf("cause %v, want trip", last.Cause)
 	}
 	// Already open: nothing more happens, the open period runs on.
@@ -107,7 +108,7 @@ func TestOpenByFailuresMakesJustEnoughCalls(t *testing.T) {
 			}
 			wantState(t, b, breaker.Open)
 			last, _ := rec.Last()
-			if last.Cause != breaker.CauseCalls || last.Trigger != breaker.TriggerFailureRate || !errors.Is(last.Err, errBoom) {
+			if last.Cause != observe.CauseCalls || last.Trigger != observe.TriggerFailureRate || !errors.Is(last.Err, errBoom) {
 				t.Fatalf("opened by %v/%v with %v, want calls/failure_rate with %v", last.Cause, last.Trigger, last.Err, errBoom)
 			}
 			if got := last.Counts.Failures - before.Failures; got != int64(tc.wantFailed) {
@@ -164,7 +165,7 @@ func TestOpenByFailuresFromHalfOpenFailsOneProbe(t *testing.T) {
 	}
 	rec.AssertStates(t, "closed→open", "open→half_open", "half_open→open")
 	last, _ := rec.Last()
-	if last.Trigger != breaker.TriggerFailedProbe || !errors.Is(last.Err, breakertest.ErrInjected) || last.Counts.Calls != 1 {
+	if last.Trigger != observe.TriggerFailedProbe || !errors.Is(last.Err, breakertest.ErrInjected) || last.Counts.Calls != 1 {
 		t.Fatalf("re-opened by %v with %v on %+v, want one failed probe with ErrInjected", last.Trigger, last.Err, last.Counts)
 	}
 }
@@ -186,7 +187,7 @@ func TestHalfOpenAdvancesWhatIsLeftOfTheOpenPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.AssertStates(t, "closed→open", "open→half_open")
-	if last, _ := rec.Last(); last.Cause != breaker.CauseTimeout {
+	if last, _ := rec.Last(); last.Cause != observe.CauseTimeout {
 		t.Fatalf("cause %v, want timeout", last.Cause)
 	}
 }
@@ -244,7 +245,7 @@ func TestClosedFromEveryState(t *testing.T) {
 			}
 			wantState(t, b, breaker.Closed)
 			rec.AssertStates(t, tc.want...)
-			if last, ok := rec.Last(); ok && (last.Cause != breaker.CauseCalls || last.Counts.Successes != 3) {
+			if last, ok := rec.Last(); ok && (last.Cause != observe.CauseCalls || last.Counts.Successes != 3) {
 				t.Fatalf("closed by %v on %+v, want 3 probe successes", last.Cause, last.Counts)
 			}
 		})

@@ -8,9 +8,10 @@ import (
 	"testing"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
-// Recorder is a breaker.Observer that keeps every transition it sees, for a test to assert
+// Recorder is a observe.Observer that keeps every transition it sees, for a test to assert
 // on: give it to a breaker with breaker.WithObserver. Transitions are kept in the order
 // the breaker made them: deliveries from different goroutines may arrive out of order, and
 // the Recorder puts each breaker's transitions back in order by Transition.Period.
@@ -19,7 +20,7 @@ import (
 // The zero value is ready to use, and a Recorder is safe for concurrent use.
 type Recorder struct {
 	mu     sync.Mutex
-	seen   []breaker.Transition   // guarded by mu
+	seen   []observe.Transition   // guarded by mu
 	waited map[transitionKey]bool // the transitions Wait returned; guarded by mu
 	// recorded is closed when a transition is recorded, to wake Waits; nil when no Wait
 	// is waiting. Guarded by mu.
@@ -31,10 +32,10 @@ type transitionKey struct {
 	period  uint64
 }
 
-var _ breaker.Observer = (*Recorder)(nil)
+var _ observe.Observer = (*Recorder)(nil)
 
 // OnTransition records t.
-func (r *Recorder) OnTransition(t breaker.Transition) {
+func (r *Recorder) OnTransition(t observe.Transition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Insert t after the last transition of its breaker that came before it.
@@ -47,7 +48,7 @@ func (r *Recorder) OnTransition(t breaker.Transition) {
 			at = i
 		}
 	}
-	r.seen = append(r.seen, breaker.Transition{})
+	r.seen = append(r.seen, observe.Transition{})
 	copy(r.seen[at+1:], r.seen[at:])
 	r.seen[at] = t
 	if r.recorded != nil {
@@ -57,10 +58,10 @@ func (r *Recorder) OnTransition(t breaker.Transition) {
 }
 
 // Transitions returns a copy of the transitions recorded.
-func (r *Recorder) Transitions() []breaker.Transition {
+func (r *Recorder) Transitions() []observe.Transition {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]breaker.Transition(nil), r.seen...)
+	return append([]observe.Transition(nil), r.seen...)
 }
 
 // Len returns how many transitions were recorded.
@@ -71,11 +72,11 @@ func (r *Recorder) Len() int {
 }
 
 // Last returns the latest transition recorded, and false if there is none.
-func (r *Recorder) Last() (breaker.Transition, bool) {
+func (r *Recorder) Last() (observe.Transition, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.seen) == 0 {
-		return breaker.Transition{}, false
+		return observe.Transition{}, false
 	}
 	return r.seen[len(r.seen)-1], true
 }
@@ -101,13 +102,13 @@ func (r *Recorder) States() []string {
 }
 
 // Arrow spells a transition as [Recorder.States] does: "closed→open".
-func Arrow(t breaker.Transition) string { return t.From.String() + "→" + t.To.String() }
+func Arrow(t observe.Transition) string { return t.From.String() + "→" + t.To.String() }
 
 // Wait waits until a transition to state to is recorded that no earlier Wait returned, and
 // returns it: the first such in the breaker's order. A test waits for a transition another
 // goroutine makes with it, and for a second open after a first with a second Wait. It
 // returns ctx's error if ctx ends first; bound it with context.WithTimeout.
-func (r *Recorder) Wait(ctx context.Context, to breaker.State) (breaker.Transition, error) {
+func (r *Recorder) Wait(ctx context.Context, to breaker.State) (observe.Transition, error) {
 	for {
 		r.mu.Lock()
 		for _, t := range r.seen {
@@ -129,7 +130,7 @@ func (r *Recorder) Wait(ctx context.Context, to breaker.State) (breaker.Transiti
 		select {
 		case <-recorded:
 		case <-ctx.Done():
-			return breaker.Transition{}, fmt.Errorf("breakertest: no transition to %v recorded (seen: %s): %w", to, strings.Join(r.States(), ", "), ctx.Err())
+			return observe.Transition{}, fmt.Errorf("breakertest: no transition to %v recorded (seen: %s): %w", to, strings.Join(r.States(), ", "), ctx.Err())
 		}
 	}
 }
@@ -155,7 +156,7 @@ func (r *Recorder) Diff(want ...string) string {
 	return diffStates(want, r.Transitions())
 }
 
-func diffStates(want []string, seen []breaker.Transition) string {
+func diffStates(want []string, seen []observe.Transition) string {
 	got := make([]string, len(seen))
 	for i, t := range seen {
 		got[i] = Arrow(t)
@@ -185,12 +186,12 @@ func diffStates(want []string, seen []breaker.Transition) string {
 
 // detail says what moved the state: the cause, and for calls that opened the circuit, the
 // trigger and the counts behind it.
-func detail(t breaker.Transition) string {
+func detail(t observe.Transition) string {
 	s := t.Cause.String()
-	if t.Trigger != breaker.TriggerNone {
+	if t.Trigger != observe.TriggerNone {
 		s += ", " + t.Trigger.String()
 	}
-	if t.Cause == breaker.CauseCalls {
+	if t.Cause == observe.CauseCalls {
 		c := t.Counts
 		s += fmt.Sprintf(", %d calls %d failures %d successes", c.Calls, c.Failures, c.Successes)
 		if c.Slow > 0 {

@@ -12,10 +12,11 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
-func tr(name string, period uint64, from, to breaker.State) breaker.Transition {
-	return breaker.Transition{Breaker: name, Period: period, From: from, To: to, Cause: breaker.CauseTrip}
+func tr(name string, period uint64, from, to breaker.State) observe.Transition {
+	return observe.Transition{Breaker: name, Period: period, From: from, To: to, Cause: observe.CauseTrip}
 }
 
 // Deliveries from different goroutines may arrive out of order; the Recorder keeps each
@@ -38,7 +39,7 @@ func TestRecorderOrdersByPeriod(t *testing.T) {
 
 func TestRecorderUnderConcurrentTransitions(t *testing.T) {
 	var made atomic.Int64
-	b, clock, rec := newBreaker(t, nil, breaker.WithObserver(breaker.ObserverFunc(func(breaker.Transition) { made.Add(1) })))
+	b, clock, rec := newBreaker(t, nil, breaker.WithObserver(observe.ObserverFunc(func(observe.Transition) { made.Add(1) })))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -80,7 +81,7 @@ func TestWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Period != 1 || got.Cause != breaker.CauseTrip {
+	if got.Period != 1 || got.Cause != observe.CauseTrip {
 		t.Fatalf("Wait returned %+v, want the trip", got)
 	}
 

@@ -7,7 +7,7 @@
 // answering (the caller asked for something wrong), so it is a success; a request the caller
 // cancelled says nothing either way. Both wrappers take a classifier to change that.
 //
-// Both guard every request with one breaker by default. Given a [breaker.Group] instead,
+// Both guard every request with one breaker by default. Given a [registry.Group] instead,
 // they keep one breaker per key, so that one failing host or route opens its own circuit
 // and not everybody's: per host for a client ([ByHost], the Transport's default), per
 // ServeMux route pattern for a server ([ByPattern], the Handler's default, or

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/httpbreaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 func ExampleTransport() {
@@ -65,7 +66,7 @@ func ExampleNewGroupTransport() {
 
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 2
-	hosts, _ := breaker.NewGroup("partners", p)
+	hosts, _ := registry.NewGroup("partners", p)
 	client := &http.Client{Transport: httpbreaker.NewGroupTransport(hosts, httpbreaker.ByHost, nil)}
 
 	for _, u := range []string{down.URL, down.URL, down.URL, up.URL} {
@@ -89,7 +90,7 @@ func ExampleNewGroupTransport() {
 
 // One breaker per route: a route whose backend fails answers 503 while the others serve.
 func ExampleNewGroupHandler() {
-	routes, _ := breaker.NewGroup("api-routes", breaker.DefaultPolicy())
+	routes, _ := registry.NewGroup("api-routes", breaker.DefaultPolicy())
 	mux := http.NewServeMux()
 	// Wrapping each route's handler: the mux has set Request.Pattern, which ByPattern (the
 	// default) reads. In front of the whole mux, use httpbreaker.ByMuxPattern(mux).

@@ -11,13 +11,14 @@ import (
 	"testing"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
-func newGroup(t *testing.T, name string) *breaker.Group {
+func newGroup(t *testing.T, name string) *registry.Group {
 	t.Helper()
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 4
-	g, err := breaker.NewGroup(name, p)
+	g, err := registry.NewGroup(name, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func routes() *http.ServeMux {
 // keeps serving. Both ways of keying by route: a breaker Handler on each route (ByPattern),
 // and one in front of the whole mux (ByMuxPattern).
 func TestGroupHandlerByRoute(t *testing.T) {
-	perRoute := func(g *breaker.Group) http.Handler {
+	perRoute := func(g *registry.Group) http.Handler {
 		inner := routes()
 		mux := http.NewServeMux()
 		for _, pattern := range []string{"GET /reports/{id}", "GET /items/{id}"} {
@@ -138,11 +139,11 @@ func TestGroupHandlerByRoute(t *testing.T) {
 		}
 		return mux
 	}
-	wrapped := func(g *breaker.Group) http.Handler {
+	wrapped := func(g *registry.Group) http.Handler {
 		mux := routes()
 		return GroupMiddleware(g, ByMuxPattern(mux))(mux)
 	}
-	for name, build := range map[string]func(*breaker.Group) http.Handler{"ByPattern": perRoute, "ByMuxPattern": wrapped} {
+	for name, build := range map[string]func(*registry.Group) http.Handler{"ByPattern": perRoute, "ByMuxPattern": wrapped} {
 		t.Run(name, func(t *testing.T) {
 			g := newGroup(t, "routes")
 			srv := httptest.NewServer(build(g))

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // Handler is server-side middleware that runs Next through a breaker. While the circuit is
@@ -25,7 +27,7 @@ type Handler struct {
 	// Breaker guards every request. Required unless Group is set.
 	Breaker *breaker.Breaker
 	// Group, when set, replaces Breaker: a request goes through Group's breaker of Key(r).
-	Group *breaker.Group
+	Group *registry.Group
 	// Key picks a request's key in Group; nil means ByPattern.
 	Key func(*http.Request) string
 	// Next serves the requests the breaker admits. Required.
@@ -53,13 +55,13 @@ func Middleware(b *breaker.Breaker) func(http.Handler) http.Handler {
 
 // NewGroupHandler returns a Handler that guards next with one breaker of g per key(r); key
 // nil means ByPattern, one breaker per ServeMux pattern.
-func NewGroupHandler(g *breaker.Group, key func(*http.Request) string, next http.Handler) *Handler {
+func NewGroupHandler(g *registry.Group, key func(*http.Request) string, next http.Handler) *Handler {
 	return &Handler{Group: g, Key: key, Next: next}
 }
 
 // GroupMiddleware returns a function wrapping handlers with g's breaker of key(r), for
 // routers that take func(http.Handler) http.Handler.
-func GroupMiddleware(g *breaker.Group, key func(*http.Request) string) func(http.Handler) http.Handler {
+func GroupMiddleware(g *registry.Group, key func(*http.Request) string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler { return NewGroupHandler(g, key, next) }
 }
 
@@ -120,7 +122,7 @@ func (h *Handler) outcome(sw *statusWriter, r *http.Request) error {
 func refuse(w http.ResponseWriter, b *breaker.Breaker, err error) {
 	if d, ok := b.RetryAfter(); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(d), 10))
-	} else if oe, ok := errors.AsType[*breaker.OpenError](err); ok && oe.Reason == breaker.RejectHalfOpenSaturated {
+	} else if oe, ok := errors.AsType[*breaker.OpenError](err); ok && oe.Reason == observe.RejectHalfOpenSaturated {
 		w.Header().Set("Retry-After", "1")
 	}
 	http.Error(w, http.StatusText(http.StatusServiceUnavailable)+": circuit open", http.StatusServiceUnavailable)

@@ -4,10 +4,11 @@ import (
 	"net/http"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // A key function picks, for one request, the key of the breaker that guards it in a
-// [breaker.Group]: one breaker per host, per route, per tenant, so that the failures of one
+// [registry.Group]: one breaker per host, per route, per tenant, so that the failures of one
 // do not open the circuit for the others. Keys become breaker names ("<group>/<key>") and
 // a Group keeps a bounded number of them, so a key function should map requests onto a
 // known, modest set: a host the client is configured to call, a route pattern, not a raw
@@ -38,7 +39,7 @@ func ByMuxPattern(mux *http.ServeMux) func(*http.Request) string {
 
 // guard returns the breaker of a request: b, or with g set, g's breaker of key(r) (def
 // when key is nil).
-func guard(b *breaker.Breaker, g *breaker.Group, key, def func(*http.Request) string, r *http.Request) *breaker.Breaker {
+func guard(b *breaker.Breaker, g *registry.Group, key, def func(*http.Request) string, r *http.Request) *breaker.Breaker {
 	if g == nil {
 		return b
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // Transport is an http.RoundTripper that sends requests through a breaker. A request the
@@ -26,7 +27,7 @@ type Transport struct {
 	Breaker *breaker.Breaker
 	// Group, when set, replaces Breaker: a request goes through Group's breaker of
 	// Key(req).
-	Group *breaker.Group
+	Group *registry.Group
 	// Key picks a request's key in Group; nil means ByHost.
 	Key func(*http.Request) string
 	// Base sends the requests the breaker admits; nil means http.DefaultTransport.
@@ -49,7 +50,7 @@ func NewTransport(b *breaker.Breaker, base http.RoundTripper) *Transport {
 
 // NewGroupTransport returns a Transport that guards base (nil: http.DefaultTransport) with
 // one breaker of g per key(req); key nil means ByHost, one breaker per host.
-func NewGroupTransport(g *breaker.Group, key func(*http.Request) string, base http.RoundTripper) *Transport {
+func NewGroupTransport(g *registry.Group, key func(*http.Request) string, base http.RoundTripper) *Transport {
 	return &Transport{Group: g, Key: key, Base: base}
 }
 

@@ -10,13 +10,14 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // A config with a candidate sets it on the breaker; the entry carries the candidate's
 // state at once and its counts when due; a config without one removes it.
 func TestReporterCarriesTheCandidate(t *testing.T) {
 	clock := breakertest.NewClock(time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC))
-	reg, err := breaker.NewRegistry(breaker.DefaultPolicy(), breaker.WithClock(clock))
+	reg, err := registry.New(breaker.DefaultPolicy(), breaker.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}

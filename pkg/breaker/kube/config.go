@@ -10,6 +10,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // configured is what this pod knows of one breaker named in the ConfigMap.
@@ -31,7 +32,7 @@ type configured struct {
 // applier turns the published documents of the ConfigMap into registry policies, fleet
 // verdicts and the reporter's config generations and refusals. Both config sources feed it.
 type applier struct {
-	reg *breaker.Registry
+	reg *registry.Registry
 	rep *reporter // nil: reporting is off
 	log *slog.Logger
 

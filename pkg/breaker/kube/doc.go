@@ -2,7 +2,7 @@
 // hot-reloads their policies from the namespace's fusebox-breakers ConfigMap, adopts the
 // fleet's verdicts published there, and reports each breaker's state on its CircuitBreaker.
 //
-// [Start] returns a [breaker.Registry] whose breakers start on the default policy and take
+// [Start] returns a [registry.Registry] whose breakers start on the default policy and take
 // their published policy as soon as it can be read, keeping their state across every
 // update: an open circuit stays open, the window keeps its tallies. The ConfigMap is read
 // through the API (a watch on that one object), from a directory where it is mounted as a
@@ -21,7 +21,7 @@
 // recorded in memory and written by a background goroutine, which coalesces what happened
 // meanwhile into one write and retries with capped backoff, never dropping the report.
 //
-// A [breaker.Group] (Registry.Group) is one CircuitBreaker too: its name's published policy
+// A [registry.Group] (Registry.Group) is one CircuitBreaker too: its name's published policy
 // reaches every key's breaker, and the report carries one entry for the whole Group with
 // its key summary (how many keys, how many open and half-open, the worst few by name), not
 // one entry per key. The entry is Open while any key is open, HalfOpen while any key probes

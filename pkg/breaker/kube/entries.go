@@ -6,6 +6,8 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // member is what the pod says of one breaker, or of one breaker Group. It is comparable,
@@ -50,7 +52,7 @@ type entry struct {
 	want     member
 	// group is the breaker Group the entry reports, nil for a breaker. A Group's entry is
 	// computed from its summary when the report is written, not from transitions.
-	group *breaker.Group
+	group *registry.Group
 	// breaker is the breaker whose traffic the report carries (a retry budget or
 	// throttling is configured), nil when it carries none; window is its policy's, and
 	// latest its traffic as last sampled (traffic.go).
@@ -78,10 +80,10 @@ func (r *reporter) entry(name string) *entry {
 // OnTransition records the breaker's new state as the entry to write. It never blocks. A
 // transition of a Group's member ("<group>/<key>") only wakes the writer, which reads the
 // Group's summary: the report carries one entry per Group, not one per key.
-func (r *reporter) OnTransition(t breaker.Transition) {
+func (r *reporter) OnTransition(t observe.Transition) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if group, _, ok := breaker.SplitKeyName(t.Breaker); ok {
+	if group, _, ok := registry.SplitKeyName(t.Breaker); ok {
 		if e, ok := r.entries[group]; ok && e.group != nil && e.reported {
 			r.signal()
 		}
@@ -102,12 +104,12 @@ func (r *reporter) OnTransition(t breaker.Transition) {
 
 // setTransition makes m say what t says: the state reached, when and why, and the figures
 // behind it.
-func (m *member) setTransition(t breaker.Transition) {
+func (m *member) setTransition(t observe.Transition) {
 	m.state = t.To
 	m.since = wireTime(t.At)
 	m.reason = reasonOf(t)
 	m.calls, m.failures, m.slow = t.Counts.Calls, t.Counts.Failures, t.Counts.Slow
-	if t.Cause == breaker.CauseAdopted {
+	if t.Cause == observe.CauseAdopted {
 		// An adopted verdict was reached on another pod's evidence: this pod's own window
 		// says nothing about it, and a rate next to the state would read as the reason.
 		m.calls, m.failures, m.slow = 0, 0, 0
@@ -121,18 +123,18 @@ func (m *member) setTransition(t breaker.Transition) {
 
 // triggerOf says which judgement of calls opened the circuit, as the report spells it: for
 // a circuit its calls opened (reasons Tripped and ProbeFailed), else "".
-func triggerOf(t breaker.Transition) string {
-	if t.Cause != breaker.CauseCalls || t.To != breaker.Open {
+func triggerOf(t observe.Transition) string {
+	if t.Cause != observe.CauseCalls || t.To != breaker.Open {
 		return ""
 	}
 	switch t.Trigger {
-	case breaker.TriggerFailureRate:
+	case observe.TriggerFailureRate:
 		return breakerconfig.TriggerFailureRate
-	case breaker.TriggerSlowCallRate:
+	case observe.TriggerSlowCallRate:
 		return breakerconfig.TriggerSlowCallRate
-	case breaker.TriggerFailedProbe:
+	case observe.TriggerFailedProbe:
 		return breakerconfig.TriggerFailedProbe
-	case breaker.TriggerSlowProbe:
+	case observe.TriggerSlowProbe:
 		return breakerconfig.TriggerSlowProbe
 	}
 	return ""
@@ -141,9 +143,9 @@ func triggerOf(t breaker.Transition) string {
 // reasonOf says how a transition reached its state, as the report spells it. Only the
 // pod's own judgement is an earned reason (docs/design.md §5.12): the calls that opened
 // it, Trip, a failed probe, probes that closed it.
-func reasonOf(t breaker.Transition) string {
+func reasonOf(t observe.Transition) string {
 	switch t.Cause {
-	case breaker.CauseCalls:
+	case observe.CauseCalls:
 		switch {
 		case t.To == breaker.Open && t.From == breaker.HalfOpen:
 			return breakerconfig.ReasonProbeFailed
@@ -152,13 +154,13 @@ func reasonOf(t breaker.Transition) string {
 		case t.To == breaker.Closed && t.From == breaker.HalfOpen:
 			return breakerconfig.ReasonProbesSucceeded
 		}
-	case breaker.CauseTrip:
+	case observe.CauseTrip:
 		return breakerconfig.ReasonManual
-	case breaker.CauseTimeout:
+	case observe.CauseTimeout:
 		return breakerconfig.ReasonTimedOut
-	case breaker.CauseAdopted:
+	case observe.CauseAdopted:
 		return breakerconfig.ReasonAdopted
-	case breaker.CauseMode:
+	case observe.CauseMode:
 		return breakerconfig.ReasonForced
 	}
 	// A transition the core may add later is not evidence until it is named above.

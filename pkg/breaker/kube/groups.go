@@ -5,11 +5,12 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // configureGroup puts the Group g in the report, as configure does a breaker. Its entry's
 // state and figures come from its summary each time the report is written.
-func (r *reporter) configureGroup(g *breaker.Group, generation int64, configErr string) {
+func (r *reporter) configureGroup(g *registry.Group, generation int64, configErr string) {
 	judged := g.Policy().SlowCallDuration > 0
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -24,7 +25,7 @@ func (r *reporter) configureGroup(g *breaker.Group, generation int64, configErr 
 // else HalfOpen while any key is, else Closed; since, reason and figures are those of the
 // member transition that brought it there, or Started (Forced, for a forced-open
 // member created so) when none did.
-func (m *member) setSummary(s breaker.GroupSummary, forced bool) {
+func (m *member) setSummary(s registry.GroupSummary, forced bool) {
 	if s.Reached.Breaker != "" {
 		m.setTransition(s.Reached)
 	} else {
@@ -56,7 +57,7 @@ func clampKeys(n int) int32 { return int32(min(n, breakerconfig.MaxKeyCount)) }
 // may deliver transitions to OnTransition, so it runs without r.mu.
 func (r *reporter) refreshGroups() {
 	r.mu.Lock()
-	var gs []*breaker.Group
+	var gs []*registry.Group
 	for _, e := range r.entries {
 		if e.group != nil && e.reported {
 			gs = append(gs, e.group)
@@ -67,7 +68,7 @@ func (r *reporter) refreshGroups() {
 		return
 	}
 	type summary struct {
-		s      breaker.GroupSummary
+		s      registry.GroupSummary
 		forced bool
 	}
 	sums := make(map[string]summary, len(gs))

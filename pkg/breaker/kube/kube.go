@@ -20,6 +20,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // Options configure [Start].
@@ -75,14 +76,14 @@ type Options struct {
 // goroutines stop when the context given to [StartAgent] is cancelled; Done tells when
 // they have.
 type Agent struct {
-	reg     *breaker.Registry
+	reg     *registry.Registry
 	applier *applier
 	rep     *reporter // nil: reporting is off
 	done    chan struct{}
 }
 
 // Registry returns the registry whose breakers the agent configures and reports.
-func (a *Agent) Registry() *breaker.Registry { return a.reg }
+func (a *Agent) Registry() *registry.Registry { return a.reg }
 
 // Done is closed once every goroutine of the agent has returned, after its context is
 // cancelled.
@@ -152,7 +153,7 @@ func (a *Agent) Stats() Stats {
 
 // Start connects a new breaker registry to the cluster and returns it: see [StartAgent].
 // Use StartAgent to be able to wait for its goroutines to stop, or to read its counters.
-func Start(ctx context.Context, o Options) (*breaker.Registry, error) {
+func Start(ctx context.Context, o Options) (*registry.Registry, error) {
 	a, err := StartAgent(ctx, o)
 	if err != nil {
 		return nil, err
@@ -174,7 +175,7 @@ func Start(ctx context.Context, o Options) (*breaker.Registry, error) {
 // the first config is applied, so that a pod starting while its fleet's verdict is Open
 // reports Open rather than a fresh Closed. A breaker created after the config arrived
 // adopts the fleet verdict and is reported as soon as the registry announces it
-// ([breaker.Registry.OnCreate]), moments after the Get that created it.
+// ([registry.Registry.OnCreate]), moments after the Get that created it.
 func StartAgent(ctx context.Context, o Options) (*Agent, error) {
 	log := o.Logger
 	if log == nil {
@@ -261,7 +262,7 @@ func newAgent(o Options, rep *reporter, log *slog.Logger) (*Agent, error) {
 	if rep != nil {
 		opts = append(opts, breaker.WithObserver(rep))
 	}
-	reg, err := breaker.NewRegistry(def, opts...)
+	reg, err := registry.New(def, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kube: default policy: %w", err)
 	}
@@ -341,7 +342,7 @@ const (
 // the registry anyway: its breakers run the default policy until the config arrives, and
 // the program starts, since a cluster that cannot tell a pod its policies must not keep
 // it from serving. It returns ctx's error if ctx ends first.
-func FromEnvironment(ctx context.Context) (*breaker.Registry, error) {
+func FromEnvironment(ctx context.Context) (*registry.Registry, error) {
 	o, err := OptionsFromEnvironment()
 	if err != nil {
 		return nil, err

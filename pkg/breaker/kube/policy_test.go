@@ -6,6 +6,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // defaultDocument is the document that publishes the library's default policy, as the
@@ -107,8 +108,8 @@ func TestStateOf(t *testing.T) {
 
 // The library's Group summary names as many keys as the report may carry.
 func TestWorstKeysBound(t *testing.T) {
-	if breaker.SummaryWorstKeys != breakerconfig.MaxWorstKeys {
-		t.Errorf("breaker.SummaryWorstKeys = %d, breakerconfig.MaxWorstKeys = %d", breaker.SummaryWorstKeys, breakerconfig.MaxWorstKeys)
+	if registry.SummaryWorstKeys != breakerconfig.MaxWorstKeys {
+		t.Errorf("breaker.SummaryWorstKeys = %d, breakerconfig.MaxWorstKeys = %d", registry.SummaryWorstKeys, breakerconfig.MaxWorstKeys)
 	}
 }
 

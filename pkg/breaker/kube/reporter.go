@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
-// reporter writes this pod's BreakerReport. It is a [breaker.Observer] on every breaker of
+// reporter writes this pod's BreakerReport. It is a [observe.Observer] on every breaker of
 // the registry: OnTransition only records the wanted entry and wakes the single writer
 // goroutine, so a call that causes a transition never waits on the network. The writer
 // coalesces: it applies the whole report as it stands, however many transitions came
@@ -46,7 +46,7 @@ type reporter struct {
 	lastErr                    atomic.Pointer[string]
 }
 
-var _ breaker.Observer = (*reporter)(nil)
+var _ observe.Observer = (*reporter)(nil)
 
 func newReporter(sink reportSink, log *slog.Logger) *reporter {
 	return &reporter{

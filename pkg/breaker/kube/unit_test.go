@@ -17,6 +17,8 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 func TestReportEntry(t *testing.T) {
@@ -58,25 +60,25 @@ func TestReportEntry(t *testing.T) {
 func TestReasonOf(t *testing.T) {
 	for _, tc := range []struct {
 		from, to breaker.State
-		cause    breaker.TransitionCause
+		cause    observe.TransitionCause
 		want     string
 		earned   bool
 	}{
-		{breaker.Closed, breaker.Open, breaker.CauseCalls, breakerconfig.ReasonTripped, true},
-		{breaker.HalfOpen, breaker.Open, breaker.CauseCalls, breakerconfig.ReasonProbeFailed, true},
-		{breaker.HalfOpen, breaker.Closed, breaker.CauseCalls, breakerconfig.ReasonProbesSucceeded, true},
-		{breaker.Closed, breaker.Open, breaker.CauseTrip, breakerconfig.ReasonManual, true},
-		{breaker.HalfOpen, breaker.Open, breaker.CauseTrip, breakerconfig.ReasonManual, true},
-		{breaker.Open, breaker.HalfOpen, breaker.CauseTimeout, breakerconfig.ReasonTimedOut, false},
-		{breaker.HalfOpen, breaker.Open, breaker.CauseTimeout, breakerconfig.ReasonTimedOut, false},
-		{breaker.Closed, breaker.Open, breaker.CauseAdopted, breakerconfig.ReasonAdopted, false},
-		{breaker.Open, breaker.Closed, breaker.CauseAdopted, breakerconfig.ReasonAdopted, false},
-		{breaker.Closed, breaker.Open, breaker.CauseMode, breakerconfig.ReasonForced, false},
-		{breaker.Open, breaker.Closed, breaker.CauseMode, breakerconfig.ReasonForced, false},
+		{breaker.Closed, breaker.Open, observe.CauseCalls, breakerconfig.ReasonTripped, true},
+		{breaker.HalfOpen, breaker.Open, observe.CauseCalls, breakerconfig.ReasonProbeFailed, true},
+		{breaker.HalfOpen, breaker.Closed, observe.CauseCalls, breakerconfig.ReasonProbesSucceeded, true},
+		{breaker.Closed, breaker.Open, observe.CauseTrip, breakerconfig.ReasonManual, true},
+		{breaker.HalfOpen, breaker.Open, observe.CauseTrip, breakerconfig.ReasonManual, true},
+		{breaker.Open, breaker.HalfOpen, observe.CauseTimeout, breakerconfig.ReasonTimedOut, false},
+		{breaker.HalfOpen, breaker.Open, observe.CauseTimeout, breakerconfig.ReasonTimedOut, false},
+		{breaker.Closed, breaker.Open, observe.CauseAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Open, breaker.Closed, observe.CauseAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Closed, breaker.Open, observe.CauseMode, breakerconfig.ReasonForced, false},
+		{breaker.Open, breaker.Closed, observe.CauseMode, breakerconfig.ReasonForced, false},
 		// A cause the core may add later is not evidence until it is named.
-		{breaker.Closed, breaker.Open, breaker.TransitionCause(99), breakerconfig.ReasonTimedOut, false},
+		{breaker.Closed, breaker.Open, observe.TransitionCause(99), breakerconfig.ReasonTimedOut, false},
 	} {
-		got := reasonOf(breaker.Transition{From: tc.from, To: tc.to, Cause: tc.cause})
+		got := reasonOf(observe.Transition{From: tc.from, To: tc.to, Cause: tc.cause})
 		if got != tc.want {
 			t.Errorf("%v → %v by %v: reason %s, want %s", tc.from, tc.to, tc.cause, got, tc.want)
 		}
@@ -103,8 +105,8 @@ func deref[T any](p *T) any {
 func TestReporterOrdersDeliveries(t *testing.T) {
 	r := &reporter{wake: make(chan struct{}, 1), entries: map[string]*entry{}}
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r.OnTransition(breaker.Transition{Breaker: "x", From: breaker.Open, To: breaker.HalfOpen, At: at.Add(time.Minute), Period: 2})
-	r.OnTransition(breaker.Transition{Breaker: "x", From: breaker.Closed, To: breaker.Open, At: at, Period: 1,
+	r.OnTransition(observe.Transition{Breaker: "x", From: breaker.Open, To: breaker.HalfOpen, At: at.Add(time.Minute), Period: 2})
+	r.OnTransition(observe.Transition{Breaker: "x", From: breaker.Closed, To: breaker.Open, At: at, Period: 1,
 		Counts: breaker.Counts{Calls: 4, Failures: 4}})
 	if got := r.entries["x"].want; got.state != breaker.HalfOpen || !got.since.Equal(at.Add(time.Minute)) {
 		t.Errorf("entry %+v, want the later half-open", got)
@@ -114,8 +116,8 @@ func TestReporterOrdersDeliveries(t *testing.T) {
 	}
 
 	// An adopted verdict carries no local evidence.
-	r.OnTransition(breaker.Transition{Breaker: "x", From: breaker.HalfOpen, To: breaker.Open, At: at, Period: 3,
-		Cause: breaker.CauseAdopted, Counts: breaker.Counts{Calls: 9, Failures: 1}})
+	r.OnTransition(observe.Transition{Breaker: "x", From: breaker.HalfOpen, To: breaker.Open, At: at, Period: 3,
+		Cause: observe.CauseAdopted, Counts: breaker.Counts{Calls: 9, Failures: 1}})
 	if got := r.entries["x"].want; got.calls != 0 {
 		t.Errorf("adopted transition reported %d calls", got.calls)
 	}
@@ -201,37 +203,37 @@ func TestReportEntryFromTransition(t *testing.T) {
 	at := time.Date(2026, 3, 4, 5, 6, 7, 891_000_000, time.UTC)
 	for _, tc := range []struct {
 		name       string
-		t          breaker.Transition
+		t          observe.Transition
 		slowJudged bool
 		want       breakerconfig.ReportEntry
 	}{
-		{"failure rate opened it", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerFailureRate,
+		{"failure rate opened it", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerFailureRate,
 			Counts: breaker.Counts{Calls: 20, Failures: 12, Slow: 5}, ConsecutiveOpens: 1, OpenTimeout: 30 * time.Second}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Tripped", Calls: ptr[int64](20), FailureRatePercent: ptr[int32](60), SlowCallRatePercent: ptr[int32](25),
 				Trigger: "FailureRate", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(30 * time.Second))}},
-		{"slow calls opened it", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerSlowCallRate,
+		{"slow calls opened it", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerSlowCallRate,
 			Counts: breaker.Counts{Calls: 10, Failures: 1, Slow: 9}, ConsecutiveOpens: 1, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Tripped", Calls: ptr[int64](10), FailureRatePercent: ptr[int32](10), SlowCallRatePercent: ptr[int32](90),
 				Trigger: "SlowCallRate", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
-		{"a failed probe, third open in a row", breaker.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerFailedProbe,
+		{"a failed probe, third open in a row", observe.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerFailedProbe,
 			Counts: breaker.Counts{Calls: 1, Failures: 1}, ConsecutiveOpens: 3, OpenTimeout: 2 * time.Minute}, false,
 			breakerconfig.ReportEntry{State: "Open", Reason: "ProbeFailed", Calls: ptr[int64](1), FailureRatePercent: ptr[int32](100),
 				Trigger: "FailedProbe", ConsecutiveOpens: 3, OpenTimeout: ptr(breakerconfig.Duration(2 * time.Minute))}},
-		{"a slow probe", breaker.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: breaker.CauseCalls, Trigger: breaker.TriggerSlowProbe,
+		{"a slow probe", observe.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerSlowProbe,
 			Counts: breaker.Counts{Calls: 1, Slow: 1}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "ProbeFailed", Calls: ptr[int64](1), FailureRatePercent: ptr[int32](0), SlowCallRatePercent: ptr[int32](100),
 				Trigger: "SlowProbe", ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
-		{"Trip has no trigger", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseTrip, Trigger: breaker.TriggerFailureRate,
+		{"Trip has no trigger", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseTrip, Trigger: observe.TriggerFailureRate,
 			ConsecutiveOpens: 1, OpenTimeout: 30 * time.Second}, false,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Manual", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(30 * time.Second))}},
-		{"half-open keeps the period that ended", breaker.Transition{From: breaker.Open, To: breaker.HalfOpen, Cause: breaker.CauseTimeout,
+		{"half-open keeps the period that ended", observe.Transition{From: breaker.Open, To: breaker.HalfOpen, Cause: observe.CauseTimeout,
 			Counts: breaker.Counts{Calls: 20, Failures: 20}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, false,
 			breakerconfig.ReportEntry{State: "HalfOpen", Reason: "TimedOut", Calls: ptr[int64](20), FailureRatePercent: ptr[int32](100),
 				ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
-		{"closing resets the run of opens", breaker.Transition{From: breaker.HalfOpen, To: breaker.Closed, Cause: breaker.CauseCalls,
+		{"closing resets the run of opens", observe.Transition{From: breaker.HalfOpen, To: breaker.Closed, Cause: observe.CauseCalls,
 			Counts: breaker.Counts{Calls: 2, Successes: 2}, ConsecutiveOpens: 3, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Closed", Reason: "ProbesSucceeded", Calls: ptr[int64](2), FailureRatePercent: ptr[int32](0), SlowCallRatePercent: ptr[int32](0)}},
-		{"an adopted verdict carries no local figures", breaker.Transition{From: breaker.Closed, To: breaker.Open, Cause: breaker.CauseAdopted,
+		{"an adopted verdict carries no local figures", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseAdopted,
 			Counts: breaker.Counts{Calls: 9, Failures: 1, Slow: 2}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Adopted", ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
 	} {
@@ -252,14 +254,14 @@ func TestReportEntryFromTransition(t *testing.T) {
 
 // TestTriggerSpellings: every trigger of the core has its wire spelling.
 func TestTriggerSpellings(t *testing.T) {
-	for tr, want := range map[breaker.Trigger]string{
-		breaker.TriggerNone:         "",
-		breaker.TriggerFailureRate:  breakerconfig.TriggerFailureRate,
-		breaker.TriggerSlowCallRate: breakerconfig.TriggerSlowCallRate,
-		breaker.TriggerFailedProbe:  breakerconfig.TriggerFailedProbe,
-		breaker.TriggerSlowProbe:    breakerconfig.TriggerSlowProbe,
+	for tr, want := range map[observe.Trigger]string{
+		observe.TriggerNone:         "",
+		observe.TriggerFailureRate:  breakerconfig.TriggerFailureRate,
+		observe.TriggerSlowCallRate: breakerconfig.TriggerSlowCallRate,
+		observe.TriggerFailedProbe:  breakerconfig.TriggerFailedProbe,
+		observe.TriggerSlowProbe:    breakerconfig.TriggerSlowProbe,
 	} {
-		if got := triggerOf(breaker.Transition{To: breaker.Open, Cause: breaker.CauseCalls, Trigger: tr}); got != want {
+		if got := triggerOf(observe.Transition{To: breaker.Open, Cause: observe.CauseCalls, Trigger: tr}); got != want {
 			t.Errorf("%v: %q, want %q", tr, got, want)
 		}
 	}
@@ -272,7 +274,7 @@ func TestReporterGroup(t *testing.T) {
 	r := &reporter{wake: make(chan struct{}, 1), entries: map[string]*entry{}}
 	p := breaker.DefaultPolicy()
 	p.MinimumThroughput = 2
-	g, err := breaker.NewGroup("hosts", p, breaker.WithClock(clock), breaker.WithObserver(r))
+	g, err := registry.NewGroup("hosts", p, breaker.WithClock(clock), breaker.WithObserver(r))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/otelbreaker"
 )
 
@@ -72,7 +73,7 @@ func BenchmarkExecute(b *testing.B) {
 // nopObserver is a CallObserver that does nothing: what any CallObserver costs.
 type nopObserver struct{}
 
-func (nopObserver) OnTransition(breaker.Transition)                  {}
+func (nopObserver) OnTransition(observe.Transition)                  {}
 func (nopObserver) OnCallStart(string, breaker.State)                {}
-func (nopObserver) OnCallEnd(breaker.CallEvent)                      {}
-func (nopObserver) OnFallback(string, breaker.FallbackReason, error) {}
+func (nopObserver) OnCallEnd(observe.CallEvent)                      {}
+func (nopObserver) OnFallback(string, observe.FallbackReason, error) {}

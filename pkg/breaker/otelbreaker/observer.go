@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // ScopeName is the instrumentation scope of the meter the observer creates.
@@ -49,7 +51,7 @@ func WithPrefix(prefix string) Option {
 }
 
 // Observer records the seed's instruments for every breaker it is given to with
-// [breaker.WithObserver]. It is a [breaker.CallObserver], and a call costs it a few atomic
+// [breaker.WithObserver]. It is a [observe.CallObserver], and a call costs it a few atomic
 // additions: the per-call counters (calls, callback failures, fallbacks) are kept in the
 // observer's own atomic cells and reported as observable counters when metrics are
 // collected, as the gauges are, because the SDK's synchronous Add normalizes its attribute
@@ -75,12 +77,12 @@ type Observer struct {
 	// tracked breakers and registries, read at collection for the failures and successes
 	// gauges; guarded by mu.
 	tracked    []*breaker.Breaker
-	registries []*breaker.Registry
+	registries []*registry.Registry
 }
 
 var (
-	_ breaker.CallObserver  = (*Observer)(nil)
-	_ breaker.RetryObserver = (*Observer)(nil)
+	_ observe.CallObserver  = (*Observer)(nil)
+	_ observe.RetryObserver = (*Observer)(nil)
 )
 
 var bg = context.Background()
@@ -165,7 +167,7 @@ func (o *Observer) Track(b *breaker.Breaker) {
 }
 
 // TrackRegistry tracks every breaker r holds at collection time, as [Observer.Track] does.
-func (o *Observer) TrackRegistry(r *breaker.Registry) {
+func (o *Observer) TrackRegistry(r *registry.Registry) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.registries = append(o.registries, r)
@@ -190,7 +192,7 @@ func (o *Observer) get(name string) *series {
 	// A Group's members ("<group>/<key>") share the Group's series: one per key would
 	// grow without bound with the keys, which a Group evicts and creates at will.
 	label, member := name, false
-	if g, _, ok := breaker.SplitKeyName(name); ok {
+	if g, _, ok := registry.SplitKeyName(name); ok {
 		label, member = g, true
 	}
 	if s, ok := (*o.series.Load())[label]; ok {
@@ -217,8 +219,8 @@ func (o *Observer) get(name string) *series {
 // inRange guards the attribute tables against values a newer breaker package might add.
 func inRange[T ~uint8 | ~int32](v T, n int) bool { return v >= 0 && int(v) < n }
 
-// OnTransition implements [breaker.Observer].
-func (o *Observer) OnTransition(t breaker.Transition) {
+// OnTransition implements [observe.Observer].
+func (o *Observer) OnTransition(t observe.Transition) {
 	if !inRange(t.From, 3) || !inRange(t.To, 3) {
 		return
 	}
@@ -231,7 +233,7 @@ func (o *Observer) OnTransition(t breaker.Transition) {
 		}
 	}
 	switch {
-	case t.Trigger != breaker.TriggerNone && inRange(t.Cause, len(causes)):
+	case t.Trigger != observe.TriggerNone && inRange(t.Cause, len(causes)):
 		// Rare (a circuit opening on its calls), so its attribute set is built here.
 		o.transitions.Add(bg, 1, addOpt(s.name, KeyFromState.String(t.From.String()), KeyToState.String(t.To.String()),
 			KeyCause.String(t.Cause.String()), KeyTrigger.String(t.Trigger.String()))...)
@@ -253,7 +255,7 @@ func (s *series) noteState(st breaker.State) {
 	}
 }
 
-// OnCallStart implements [breaker.CallObserver].
+// OnCallStart implements [observe.CallObserver].
 func (o *Observer) OnCallStart(name string, st breaker.State) {
 	if !inRange(st, 3) {
 		return
@@ -263,8 +265,8 @@ func (o *Observer) OnCallStart(name string, st breaker.State) {
 	s.noteState(st)
 }
 
-// OnCallEnd implements [breaker.CallObserver].
-func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
+// OnCallEnd implements [observe.CallObserver].
+func (o *Observer) OnCallEnd(ev observe.CallEvent) {
 	if !inRange(ev.Outcome, 4) || !inRange(ev.Initial, 3) || !inRange(ev.Final, 3) {
 		return
 	}
@@ -274,13 +276,13 @@ func (o *Observer) OnCallEnd(ev breaker.CallEvent) {
 	if ev.Slow {
 		s.slow[ev.Initial].n.Add(1)
 	}
-	if ev.Reason == breaker.RejectThrottled {
+	if ev.Reason == observe.RejectThrottled {
 		s.throttled.n.Add(1)
 	}
-	if ev.Outcome != breaker.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
+	if ev.Outcome != observe.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
 		s.failureCell(ev.Err, ev.Panicked, ev.Initial).n.Add(1)
 	}
-	if ev.Initial == breaker.HalfOpen && ev.Outcome != breaker.OutcomeRejected {
+	if ev.Initial == breaker.HalfOpen && ev.Outcome != observe.OutcomeRejected {
 		o.eventTimestamp.Record(bg, unixSeconds(time.Now()), s.probeEvent[ev.Outcome]...)
 	}
 }
@@ -308,15 +310,15 @@ func (s *series) failureCell(err error, panicked bool, st breaker.State) *cell {
 	return v.(*cell)
 }
 
-// OnFallback implements [breaker.CallObserver].
-func (o *Observer) OnFallback(name string, reason breaker.FallbackReason, _ error) {
+// OnFallback implements [observe.CallObserver].
+func (o *Observer) OnFallback(name string, reason observe.FallbackReason, _ error) {
 	if !inRange(reason, 3) {
 		return
 	}
 	o.get(name).fallbacks[reason].n.Add(1)
 }
 
-// OnRetry implements [breaker.RetryObserver].
+// OnRetry implements [observe.RetryObserver].
 func (o *Observer) OnRetry(name string, allowed bool) {
 	i := 0
 	if allowed {
@@ -364,7 +366,7 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 	}
 	o.mu.Lock()
 	tracked := append([]*breaker.Breaker(nil), o.tracked...)
-	regs := append([]*breaker.Registry(nil), o.registries...)
+	regs := append([]*registry.Registry(nil), o.registries...)
 	o.mu.Unlock()
 	seen := make(map[*breaker.Breaker]bool, len(tracked))
 	report := func(b *breaker.Breaker) {

@@ -18,6 +18,7 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/otelbreaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 var errBoom = errors.New("boom")
@@ -468,7 +469,7 @@ func TestGroupMembersShareASeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := breaker.NewGroup("hosts", breaker.DefaultPolicy(), breaker.WithObserver(obs))
+	g, err := registry.NewGroup("hosts", breaker.DefaultPolicy(), breaker.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // series is everything recorded for one breaker, with every attribute set it needs built
@@ -61,7 +62,7 @@ func (c *cell) observe(obs metric.Observer, inst metric.Int64Observable) {
 func (s *series) inFlight(st int) int64 {
 	var ended int64
 	for i, oc := range outcomes {
-		if oc == breaker.OutcomeRejected {
+		if oc == observe.OutcomeRejected {
 			continue
 		}
 		for k := range s.calls[i][st] {
@@ -79,9 +80,9 @@ type failKey struct {
 
 var (
 	states   = [3]breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen}
-	outcomes = [4]breaker.Outcome{breaker.OutcomeSuccess, breaker.OutcomeFailure, breaker.OutcomeIgnored, breaker.OutcomeRejected}
-	reasons  = [3]breaker.FallbackReason{breaker.FallbackOpen, breaker.FallbackHalfOpenSaturated, breaker.FallbackFailure}
-	causes   = [5]breaker.TransitionCause{breaker.CauseCalls, breaker.CauseTimeout, breaker.CauseTrip, breaker.CauseMode, breaker.CauseAdopted}
+	outcomes = [4]observe.Outcome{observe.OutcomeSuccess, observe.OutcomeFailure, observe.OutcomeIgnored, observe.OutcomeRejected}
+	reasons  = [3]observe.FallbackReason{observe.FallbackOpen, observe.FallbackHalfOpenSaturated, observe.FallbackFailure}
+	causes   = [5]observe.TransitionCause{observe.CauseCalls, observe.CauseTimeout, observe.CauseTrip, observe.CauseMode, observe.CauseAdopted}
 )
 
 func observeOpt(kv ...attribute.KeyValue) metric.ObserveOption {

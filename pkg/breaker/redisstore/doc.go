@@ -5,7 +5,7 @@
 // reached), never a counter: each process measures its own traffic, and any process that
 // finds the failure rate too high opens the shared circuit; each counts its own half-open
 // probes, and the first to reach the success threshold closes the shared circuit. The call path never waits for Redis. A [Store] learns of local
-// transitions as a [breaker.Observer], queues them, and publishes them from its own
+// transitions as a [observe.Observer], queues them, and publishes them from its own
 // goroutine; verdicts published elsewhere arrive by pub/sub, with a periodic read as a
 // safety net, and are applied with [breaker.Breaker.Adopt].
 //

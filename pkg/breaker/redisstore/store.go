@@ -18,6 +18,8 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // Defaults of the options.
@@ -177,7 +179,7 @@ const (
 )
 
 type registration struct {
-	reg *breaker.Registry
+	reg *registry.Registry
 	key func(name string) string
 }
 
@@ -197,7 +199,7 @@ type binding struct {
 	has      bool
 }
 
-var _ breaker.Observer = (*Store)(nil)
+var _ observe.Observer = (*Store)(nil)
 
 // New returns a store sharing verdicts through client, which the caller keeps ownership
 // of (Close does not close it). New does not contact Redis: an unreachable server is not an
@@ -321,7 +323,7 @@ func (s *Store) NewBreaker(name string, p breaker.Policy, opts ...breaker.Option
 // under key(name), or under its name when key is nil. Create r with
 // [breaker.WithObserver](s) among its options (as [Store.NewRegistry] does), so that local
 // transitions are published at once.
-func (s *Store) AttachRegistry(r *breaker.Registry, key func(name string) string) {
+func (s *Store) AttachRegistry(r *registry.Registry, key func(name string) string) {
 	if key == nil {
 		key = func(name string) string { return name }
 	}
@@ -332,11 +334,11 @@ func (s *Store) AttachRegistry(r *breaker.Registry, key func(name string) string
 	s.signal()
 }
 
-// NewRegistry creates a registry (see [breaker.NewRegistry]) whose breakers share their
+// NewRegistry creates a registry (see [registry.New]) whose breakers share their
 // verdicts, each under its name.
-func (s *Store) NewRegistry(def breaker.Policy, opts ...breaker.Option) (*breaker.Registry, error) {
+func (s *Store) NewRegistry(def breaker.Policy, opts ...breaker.Option) (*registry.Registry, error) {
 	opts = append(opts[:len(opts):len(opts)], breaker.WithObserver(s))
-	r, err := breaker.NewRegistry(def, opts...)
+	r, err := registry.New(def, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -360,11 +362,11 @@ func (s *Store) scanRegistries() {
 	}
 }
 
-// OnTransition implements [breaker.Observer]: it queues the breaker's new verdict for
+// OnTransition implements [observe.Observer]: it queues the breaker's new verdict for
 // publishing and returns at once. It never does I/O, and it ignores transitions the store
 // itself caused by adopting a remote verdict.
-func (s *Store) OnTransition(t breaker.Transition) {
-	if t.Cause == breaker.CauseAdopted || s.closed.Load() {
+func (s *Store) OnTransition(t observe.Transition) {
+	if t.Cause == observe.CauseAdopted || s.closed.Load() {
 		return
 	}
 	s.mu.Lock()

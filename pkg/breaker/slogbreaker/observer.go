@@ -7,32 +7,33 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Message is the message of every record the observer writes; the details are attributes.
 const Message = "circuit breaker transition"
 
 // Observer logs every transition of the breakers it is given to with
-// [breaker.WithObserver]. It is not a [breaker.CallObserver]: it costs nothing per call.
+// [breaker.WithObserver]. It is not a [observe.CallObserver]: it costs nothing per call.
 // It is safe for concurrent use as long as its handler is.
 type Observer struct {
 	logger *slog.Logger
-	level  func(breaker.Transition) slog.Level
+	level  func(observe.Transition) slog.Level
 }
 
-var _ breaker.Observer = (*Observer)(nil)
+var _ observe.Observer = (*Observer)(nil)
 
 // Option configures an [Observer].
 type Option func(*Observer)
 
 // WithLevel chooses the level of each record. The default is [DefaultLevel].
-func WithLevel(level func(breaker.Transition) slog.Level) Option {
+func WithLevel(level func(observe.Transition) slog.Level) Option {
 	return func(o *Observer) { o.level = level }
 }
 
 // DefaultLevel logs a circuit that opens at Warn, since calls are being refused from then
 // on, and every other transition at Info.
-func DefaultLevel(t breaker.Transition) slog.Level {
+func DefaultLevel(t observe.Transition) slog.Level {
 	if t.To == breaker.Open {
 		return slog.LevelWarn
 	}
@@ -48,10 +49,10 @@ func New(l *slog.Logger, opts ...Option) *Observer {
 	return o
 }
 
-// OnTransition implements [breaker.Observer]. The record's time is the transition's time,
+// OnTransition implements [observe.Observer]. The record's time is the transition's time,
 // not the time it is logged, so that records of transitions adopted from another process
 // say when the verdict was reached.
-func (o *Observer) OnTransition(t breaker.Transition) {
+func (o *Observer) OnTransition(t observe.Transition) {
 	l := o.logger
 	if l == nil {
 		l = slog.Default()
@@ -81,7 +82,7 @@ func (o *Observer) OnTransition(t breaker.Transition) {
 		r.AddAttrs(slog.Float64("failure_rate", float64(t.Counts.Failures)/float64(t.Counts.Calls)))
 	}
 	// Why it opened, with the figure: the failure rate above, or the slow calls.
-	if t.Trigger != breaker.TriggerNone {
+	if t.Trigger != observe.TriggerNone {
 		r.AddAttrs(slog.String("trigger", t.Trigger.String()))
 	}
 	if t.Counts.Slow > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/slogbreaker"
 )
 
@@ -81,8 +82,8 @@ func TestLevelAndDisabled(t *testing.T) {
 	var buf bytes.Buffer
 	h := slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError})
 	quiet := slogbreaker.New(slog.New(h))
-	loud := slogbreaker.New(slog.New(h), slogbreaker.WithLevel(func(breaker.Transition) slog.Level { return slog.LevelError }))
-	tr := breaker.Transition{Breaker: "b", From: breaker.Closed, To: breaker.Open, At: time.Now()}
+	loud := slogbreaker.New(slog.New(h), slogbreaker.WithLevel(func(observe.Transition) slog.Level { return slog.LevelError }))
+	tr := observe.Transition{Breaker: "b", From: breaker.Closed, To: breaker.Open, At: time.Now()}
 	quiet.OnTransition(tr)
 	if buf.Len() != 0 {
 		t.Errorf("logged below the handler's level: %s", buf.String())
@@ -98,7 +99,7 @@ func TestNilLoggerUsesDefault(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
 	defer slog.SetDefault(old)
-	slogbreaker.New(nil).OnTransition(breaker.Transition{Breaker: "b", To: breaker.Open})
+	slogbreaker.New(nil).OnTransition(observe.Transition{Breaker: "b", To: breaker.Open})
 	if got := records(t, &buf); len(got) != 1 || got[0]["breaker"] != "b" {
 		t.Errorf("records %v", got)
 	}

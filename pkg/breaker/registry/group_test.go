@@ -1,4 +1,4 @@
-package breaker
+package registry
 
 import (
 	"context"
@@ -8,21 +8,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // groupPolicy opens on two calls that both failed.
-func groupPolicy() Policy {
+func groupPolicy() breaker.Policy {
 	p := testPolicy()
 	p.MinimumThroughput = 2
 	return p
 }
 
-func newTestGroup(t *testing.T, p Policy, maxKeys int) (*Group, *fakeclock.Clock, *recorder) {
+func newTestGroup(t *testing.T, p breaker.Policy, maxKeys int) (*Group, *fakeclock.Clock, *recorder) {
 	t.Helper()
 	clock := newFakeClock()
 	rec := &recorder{}
-	g, err := NewGroup("tenants", p, WithClock(clock), WithObserver(transitionsOnly{rec}))
+	g, err := NewGroup("tenants", p, breaker.WithClock(clock), breaker.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,13 +36,13 @@ func newTestGroup(t *testing.T, p Policy, maxKeys int) (*Group, *fakeclock.Clock
 func failKey(t *testing.T, g *Group, key string) {
 	t.Helper()
 	doN(t, g.Get(key), 2, errBoom)
-	wantState(t, g.Get(key), Open)
+	wantState(t, g.Get(key), breaker.Open)
 }
 
 func TestGroupKeysAreIndependent(t *testing.T) {
 	g, _, rec := newTestGroup(t, groupPolicy(), 10)
 	failKey(t, g, "acme")
-	if err := g.Execute(context.Background(), "acme", func(context.Context) error { return nil }); !errors.Is(err, ErrOpen) {
+	if err := g.Execute(context.Background(), "acme", func(context.Context) error { return nil }); !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("acme's call: %v, want a short-circuit", err)
 	}
 	if err := g.Execute(context.Background(), "globex", func(context.Context) error { return nil }); err != nil {
@@ -50,7 +52,7 @@ func TestGroupKeysAreIndependent(t *testing.T) {
 		t.Error("Get returned two breakers for one key")
 	}
 	tr := rec.takeTransitions()
-	if len(tr) != 1 || tr[0].Breaker != "tenants/acme" || tr[0].To != Open {
+	if len(tr) != 1 || tr[0].Breaker != "tenants/acme" || tr[0].To != breaker.Open {
 		t.Fatalf("transitions %+v, want tenants/acme opening", tr)
 	}
 	group, key, ok := SplitKeyName(tr[0].Breaker)
@@ -61,10 +63,10 @@ func TestGroupKeysAreIndependent(t *testing.T) {
 	if group, key, _ := SplitKeyName(g.Get("GET /items/{id}").Name()); group != "tenants" || key != "GET /items/{id}" {
 		t.Errorf("a key with a slash split as %q %q", group, key)
 	}
-	if _, err := NewGroup("a/b", DefaultPolicy()); err == nil || !strings.Contains(err.Error(), `"a/b"`) {
+	if _, err := NewGroup("a/b", breaker.DefaultPolicy()); err == nil || !strings.Contains(err.Error(), `"a/b"`) {
 		t.Errorf("NewGroup(a/b): %v, want a refusal naming it", err)
 	}
-	bad := DefaultPolicy()
+	bad := breaker.DefaultPolicy()
 	bad.Window = -time.Second
 	if _, err := NewGroup("g", bad); err == nil || !strings.Contains(err.Error(), "window") {
 		t.Errorf("NewGroup with a negative window: %v", err)
@@ -85,7 +87,7 @@ func TestGroupUpdateReachesEveryMember(t *testing.T) {
 			t.Errorf("%s: OpenTimeout %v after Update", k, got)
 		}
 	}
-	wantState(t, g.Get("a"), Open) // state kept
+	wantState(t, g.Get("a"), breaker.Open) // state kept
 
 	bad := p
 	bad.FailureRatio = 2
@@ -129,7 +131,7 @@ func TestGroupKeepsOutages(t *testing.T) {
 	failKey(t, g, "a")
 	failKey(t, g, "b")
 	clock.Advance(testPolicy().OpenTimeout)
-	wantState(t, g.Get("b"), HalfOpen)
+	wantState(t, g.Get("b"), breaker.HalfOpen)
 	openA := g.Get("a")
 
 	if err := g.Execute(context.Background(), "c", func(context.Context) error { return nil }); err != nil {
@@ -144,7 +146,7 @@ func TestGroupKeepsOutages(t *testing.T) {
 	// b's probes succeed: it closes and is evictable again; d's creation shrinks the Group
 	// back to its bound, evicting the least recently used closed members (b, then c).
 	doN(t, g.Get("b"), 2, nil)
-	wantState(t, g.Get("b"), Closed)
+	wantState(t, g.Get("b"), breaker.Closed)
 	clock.Advance(time.Second)
 	g.Get("d")
 	if got := g.Keys(); !slices.Equal(got, []string{"a", "d"}) {
@@ -159,16 +161,16 @@ func TestGroupKeepsOutages(t *testing.T) {
 // forced-open members hold no outage of their own and make room.
 func TestGroupForcedMembersAreEvictable(t *testing.T) {
 	p := groupPolicy()
-	p.Mode = ModeForcedOpen
+	p.Mode = breaker.ModeForcedOpen
 	g, clock, _ := newTestGroup(t, p, 2)
 	for _, k := range []string{"a", "b", "c"} {
-		wantState(t, g.Get(k), Open)
+		wantState(t, g.Get(k), breaker.Open)
 		clock.Advance(time.Second)
 	}
 	if got := g.Keys(); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("keys %v, want a evicted", got)
 	}
-	if s := g.Summary(); s.Open != 2 || s.State != Open || s.Reached.Breaker != "" {
+	if s := g.Summary(); s.Open != 2 || s.State != breaker.Open || s.Reached.Breaker != "" {
 		t.Errorf("summary %+v, want two forced-open keys and no transition behind it", s)
 	}
 }
@@ -197,7 +199,7 @@ func TestGroupSummary(t *testing.T) {
 	g, clock, _ := newTestGroup(t, groupPolicy(), 100)
 	created := clock.Now()
 	s := g.Summary()
-	if s.Keys != 0 || s.State != Closed || !s.Since.Equal(created) || s.Worst != nil {
+	if s.Keys != 0 || s.State != breaker.Closed || !s.Since.Equal(created) || s.Worst != nil {
 		t.Fatalf("empty group: %+v", s)
 	}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
@@ -211,25 +213,25 @@ func TestGroupSummary(t *testing.T) {
 		clock.Advance(time.Second)
 	}
 	s = g.Summary()
-	if s.Keys != 8 || s.Open != 6 || s.HalfOpen != 0 || s.State != Open {
+	if s.Keys != 8 || s.Open != 6 || s.HalfOpen != 0 || s.State != breaker.Open {
 		t.Fatalf("summary %+v", s)
 	}
 	if !slices.Equal(s.Worst, []string{"f", "e", "d", "c", "b"}) {
 		t.Errorf("worst %v, want the five most recently opened", s.Worst)
 	}
-	if !s.Since.Equal(openedAt) || s.Reached.Breaker != "tenants/a" || s.Reached.Cause != CauseCalls || s.Reached.Counts.Failures != 2 {
+	if !s.Since.Equal(openedAt) || s.Reached.Breaker != "tenants/a" || s.Reached.Cause != observe.CauseCalls || s.Reached.Counts.Failures != 2 {
 		t.Errorf("the Group opened at %v by %+v, want at %v by a's failures", s.Since, s.Reached, openedAt)
 	}
 
 	// Time ends a's open period first: Summary notices without a call.
 	clock.Advance(testPolicy().OpenTimeout - 6*time.Second)
 	s = g.Summary()
-	if s.Open != 5 || s.HalfOpen != 1 || s.State != Open || !slices.Equal(s.Worst, []string{"f", "e", "d", "c", "b"}) {
+	if s.Open != 5 || s.HalfOpen != 1 || s.State != breaker.Open || !slices.Equal(s.Worst, []string{"f", "e", "d", "c", "b"}) {
 		t.Fatalf("after a's timeout: %+v", s)
 	}
 	clock.Advance(10 * time.Second)
 	s = g.Summary()
-	if s.Open != 0 || s.HalfOpen != 6 || s.State != HalfOpen || s.Reached.To != HalfOpen || s.Reached.Cause != CauseTimeout {
+	if s.Open != 0 || s.HalfOpen != 6 || s.State != breaker.HalfOpen || s.Reached.To != breaker.HalfOpen || s.Reached.Cause != observe.CauseTimeout {
 		t.Fatalf("after every timeout: %+v", s)
 	}
 	// Each went half-open when its open period ended, whenever Summary noticed: the most
@@ -238,7 +240,7 @@ func TestGroupSummary(t *testing.T) {
 		t.Errorf("half-open worst %v", s.Worst)
 	}
 	failKey(t, g, "g")
-	if s = g.Summary(); s.State != Open || s.Worst[0] != "g" || s.Reached.Breaker != "tenants/g" {
+	if s = g.Summary(); s.State != breaker.Open || s.Worst[0] != "g" || s.Reached.Breaker != "tenants/g" {
 		t.Errorf("g opened: %+v", s)
 	}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
@@ -247,14 +249,14 @@ func TestGroupSummary(t *testing.T) {
 	clock.Advance(testPolicy().OpenTimeout)
 	doN(t, g.Get("g"), 2, nil)
 	s = g.Summary()
-	if s.State != Closed || s.Open+s.HalfOpen != 0 || s.Worst != nil || s.Reached.Breaker != "tenants/g" || s.Reached.To != Closed {
+	if s.State != breaker.Closed || s.Open+s.HalfOpen != 0 || s.Worst != nil || s.Reached.Breaker != "tenants/g" || s.Reached.To != breaker.Closed {
 		t.Errorf("all closed: %+v", s)
 	}
 }
 
 // TestGroupLookupAllocatesNothing: the call path of an existing key.
 func TestGroupLookupAllocatesNothing(t *testing.T) {
-	g, err := NewGroup("g", DefaultPolicy())
+	g, err := NewGroup("g", breaker.DefaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}

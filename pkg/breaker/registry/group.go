@@ -1,4 +1,4 @@
-package breaker
+package registry
 
 import (
 	"cmp"
@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // defaultMaxKeys is how many per-key breakers a [Group] keeps unless told otherwise. A
@@ -60,7 +63,7 @@ func SplitKeyName(name string) (group, key string, ok bool) {
 // A Group is safe for concurrent use.
 type Group struct {
 	name string
-	opts []Option
+	opts []breaker.Option
 
 	// index maps keys to members for the call path: a lock-free read.
 	index sync.Map // string → *groupMember
@@ -71,57 +74,50 @@ type Group struct {
 
 	mu sync.Mutex
 	// guarded by mu:
-	policy   Policy
+	policy   breaker.Policy
 	maxKeys  int
 	members  map[string]*groupMember
 	open     int // members whose last delivered state is Open
 	halfOpen int // ... HalfOpen
 	// The aggregate state (Open while any member is, else HalfOpen while any member is,
 	// else Closed), when it was reached, and the member transition that moved it there.
-	state   State
+	state   breaker.State
 	since   time.Time
-	reached Transition
+	reached observe.Transition
 }
 
-var _ Observer = (*groupMember)(nil)
+var _ observe.Observer = (*groupMember)(nil)
 
 // groupMember is one key's breaker and what the Group tracks of it.
 type groupMember struct {
 	g   *Group
 	key string
-	b   *Breaker
+	b   *breaker.Breaker
 	// lastUsed is the monotonic reading (b.now) of the latest Get, written only when it
 	// changed.
 	lastUsed atomic.Int64
 
 	// guarded by g.mu:
-	state   State
+	state   breaker.State
 	since   time.Time // when state was reached
 	period  uint64    // Transition.Period of the last delivery applied
 	evicted bool
 }
 
 // NewGroup returns an empty Group named name whose members get policy p and opts. name
-// may not contain "/", which separates it from the keys in its members' names; a policy that fails [Policy.Validate] is refused.
-func NewGroup(name string, p Policy, opts ...Option) (*Group, error) {
+// may not contain "/", which separates it from the keys in its members' names; a policy that fails [breaker.Policy.Validate] is refused.
+func NewGroup(name string, p breaker.Policy, opts ...breaker.Option) (*Group, error) {
 	if strings.Contains(name, keySeparator) {
 		return nil, fmt.Errorf("breaker: group name %q contains %q, which separates a group's name from its keys", name, keySeparator)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	since := time.Now()
-	if o.clock != nil {
-		since = o.clock.Now()
-	}
+	since := peek.Clock(opts)()
 	return &Group{
 		name:    name,
 		opts:    slices.Clone(opts),
-		policy:  p.withDefaults(),
+		policy:  peek.WithDefaults(p),
 		maxKeys: defaultMaxKeys,
 		members: map[string]*groupMember{},
 		since:   since,
@@ -132,18 +128,18 @@ func NewGroup(name string, p Policy, opts ...Option) (*Group, error) {
 func (g *Group) Name() string { return g.name }
 
 // Policy returns the Group's policy, which every member runs.
-func (g *Group) Policy() Policy {
+func (g *Group) Policy() breaker.Policy {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.policy.clone() // a copy the caller cannot change the members' policy through
+	return peek.WithDefaults(g.policy) // a copy the caller cannot change the members' policy through
 }
 
 // Get returns the breaker of key, creating it on first use (which may evict another key's
 // breaker, see [Group]). For a key that exists it takes no lock and allocates nothing.
-func (g *Group) Get(key string) *Breaker {
+func (g *Group) Get(key string) *breaker.Breaker {
 	if v, ok := g.index.Load(key); ok {
 		m := v.(*groupMember)
-		if now := m.b.now(); m.lastUsed.Load() != now {
+		if now := peek.Mono(m.b); m.lastUsed.Load() != now {
 			m.lastUsed.Store(now)
 		}
 		return m.b
@@ -158,14 +154,14 @@ func (g *Group) Execute(ctx context.Context, key string, fn func(context.Context
 
 // Lookup returns the breaker of key if the Group holds one, without creating it or marking
 // it used.
-func (g *Group) Lookup(key string) (*Breaker, bool) {
+func (g *Group) Lookup(key string) (*breaker.Breaker, bool) {
 	if v, ok := g.index.Load(key); ok {
 		return v.(*groupMember).b, true
 	}
 	return nil, false
 }
 
-func (g *Group) create(key string) *Breaker {
+func (g *Group) create(key string) *breaker.Breaker {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if m, ok := g.members[key]; ok {
@@ -176,18 +172,18 @@ func (g *Group) create(key string) *Breaker {
 	m := &groupMember{g: g, key: key}
 	// The Group's own observer goes first, so that other observers, told of a member's
 	// transition, find the Group's summary already showing it.
-	opts := make([]Option, 0, len(g.opts)+1)
-	opts = append(opts, WithObserver(m))
+	opts := make([]breaker.Option, 0, len(g.opts)+1)
+	opts = append(opts, breaker.WithObserver(m))
 	opts = append(opts, g.opts...)
 	// g.policy has been validated, so New cannot fail.
-	b, err := New(g.name+keySeparator+key, g.policy, opts...)
+	b, err := breaker.New(g.name+keySeparator+key, g.policy, opts...)
 	if err != nil {
 		panic("breaker: group holds an invalid policy: " + err.Error())
 	}
 	m.b = b
-	m.lastUsed.Store(b.now())
+	m.lastUsed.Store(peek.Mono(b))
 	// New delivers no transition; a breaker created forced open is open from the start.
-	m.state, m.since = b.cur.Load().state, time.Unix(0, b.exactInstant().wall)
+	m.state, m.since = peek.Published(b), peek.Wall(b)
 	g.members[key] = m
 	g.count(m.state, 1)
 	g.aggregate(nil, m.since)
@@ -219,20 +215,20 @@ func (g *Group) evictOne() bool {
 	delete(g.members, victim.key)
 	g.index.Delete(victim.key)
 	g.count(victim.state, -1)
-	g.aggregate(nil, time.Unix(0, victim.b.exactInstant().wall))
+	g.aggregate(nil, peek.Wall(victim.b))
 	return true
 }
 
 // evictable: closed, or held by a forced mode. Caller holds g.mu.
 func (m *groupMember) evictable() bool {
-	if mode := m.g.policy.Mode; mode == ModeForcedOpen || mode == ModeForcedClosed {
+	if mode := m.g.policy.Mode; mode == breaker.ModeForcedOpen || mode == breaker.ModeForcedClosed {
 		return true
 	}
-	return m.state == Closed && m.b.cur.Load().state == Closed
+	return m.state == breaker.Closed && peek.Published(m.b) == breaker.Closed
 }
 
 // OnTransition keeps the Group's counts and aggregate state up to date with its members.
-func (m *groupMember) OnTransition(t Transition) {
+func (m *groupMember) OnTransition(t observe.Transition) {
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -247,45 +243,45 @@ func (m *groupMember) OnTransition(t Transition) {
 }
 
 // count adds n to the tally of state s. Caller holds mu.
-func (g *Group) count(s State, n int) {
+func (g *Group) count(s breaker.State, n int) {
 	switch s {
-	case Open:
+	case breaker.Open:
 		g.open += n
-	case HalfOpen:
+	case breaker.HalfOpen:
 		g.halfOpen += n
 	}
 }
 
 // aggregate moves the Group's state to what its counts say, recording t (nil: a member
 // created or evicted) as what moved it. Caller holds mu.
-func (g *Group) aggregate(t *Transition, at time.Time) {
-	s := Closed
+func (g *Group) aggregate(t *observe.Transition, at time.Time) {
+	s := breaker.Closed
 	switch {
 	case g.open > 0:
-		s = Open
+		s = breaker.Open
 	case g.halfOpen > 0:
-		s = HalfOpen
+		s = breaker.HalfOpen
 	}
 	if s == g.state {
 		return
 	}
-	g.state, g.since, g.reached = s, at, Transition{}
+	g.state, g.since, g.reached = s, at, observe.Transition{}
 	if t != nil {
 		g.reached = *t
 	}
 }
 
-// Update applies p to every member (each keeps its state, as [Breaker.Update] does) and
+// Update applies p to every member (each keeps its state, as [breaker.Breaker.Update] does) and
 // to the members created later. An invalid policy is refused with an error naming the
 // field, and the old one stays.
-func (g *Group) Update(p Policy) error {
+func (g *Group) Update(p breaker.Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
 	g.updateMu.Lock()
 	defer g.updateMu.Unlock()
 	g.mu.Lock()
-	g.policy = p.withDefaults()
+	g.policy = peek.WithDefaults(p)
 	bs := g.breakersLocked(func(*groupMember) bool { return true })
 	g.mu.Unlock()
 	// Outside mu: Update delivers transitions to observers, the Group's own among them.
@@ -299,8 +295,8 @@ func (g *Group) Update(p Policy) error {
 }
 
 // breakersLocked returns the breakers of the members f selects. Caller holds mu.
-func (g *Group) breakersLocked(f func(*groupMember) bool) []*Breaker {
-	bs := make([]*Breaker, 0, len(g.members))
+func (g *Group) breakersLocked(f func(*groupMember) bool) []*breaker.Breaker {
+	bs := make([]*breaker.Breaker, 0, len(g.members))
 	for _, m := range g.members {
 		if f(m) {
 			bs = append(bs, m.b)
@@ -346,20 +342,20 @@ type GroupSummary struct {
 	Worst []string
 	// State is Open while any key is open, else HalfOpen while any key is half-open, else
 	// Closed; Since is when the Group reached it.
-	State State
+	State breaker.State
 	Since time.Time
 	// Reached is the member's transition that brought the Group to State (its Breaker is
 	// "<group>/<key>"), or the zero Transition when no transition did: the Group started
 	// Closed, or a member was created forced open.
-	Reached Transition
+	Reached observe.Transition
 }
 
 // Summary returns the Group at a glance. It first moves open members whose timeout has
-// passed to half-open, as [Breaker.State] does, so that it does not report outages that
+// passed to half-open, as [breaker.Breaker.State] does, so that it does not report outages that
 // time has ended.
 func (g *Group) Summary() GroupSummary {
 	g.mu.Lock()
-	bs := g.breakersLocked(func(m *groupMember) bool { return m.state != Closed })
+	bs := g.breakersLocked(func(m *groupMember) bool { return m.state != breaker.Closed })
 	g.mu.Unlock()
 	for _, b := range bs {
 		b.State() // delivers what time changed, to the Group's observer among others
@@ -373,13 +369,13 @@ func (g *Group) Summary() GroupSummary {
 	}
 	var worst []*groupMember
 	for _, m := range g.members {
-		if m.state != Closed {
+		if m.state != breaker.Closed {
 			worst = append(worst, m)
 		}
 	}
 	slices.SortFunc(worst, func(a, b *groupMember) int {
 		if a.state != b.state {
-			if a.state == Open {
+			if a.state == breaker.Open {
 				return -1
 			}
 			return 1

@@ -1,10 +1,12 @@
-package breaker
+package registry
 
 import (
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 // Registry holds named breakers and breaker Groups, creates them on first use and
@@ -12,31 +14,31 @@ import (
 // breaker does. Breakers and Groups share one namespace, since each name is one
 // CircuitBreaker: a name is either a breaker's or a Group's. It is safe for concurrent use.
 type Registry struct {
-	def  Policy
-	opts []Option
+	def  breaker.Policy
+	opts []breaker.Option
 
 	// applyMu serialises Apply, so that two reloads racing cannot leave breakers on the
 	// older set of policies.
 	applyMu sync.Mutex
 
 	mu         sync.RWMutex
-	configured map[string]Policy   // guarded by mu: the last good policy per configured name
-	breakers   map[string]*Breaker // guarded by mu
-	groups     map[string]*Group   // guarded by mu
-	onCreate   []func(name string) // guarded by mu
+	configured map[string]breaker.Policy   // guarded by mu: the last good policy per configured name
+	breakers   map[string]*breaker.Breaker // guarded by mu
+	groups     map[string]*Group           // guarded by mu
+	onCreate   []func(name string)         // guarded by mu
 }
 
-// NewRegistry returns an empty registry. Breakers it creates get defaultPolicy unless Apply
+// New returns an empty registry. Breakers it creates get defaultPolicy unless Apply
 // configured their name, and every one of opts (observers, clock, classifier).
-func NewRegistry(defaultPolicy Policy, opts ...Option) (*Registry, error) {
+func New(defaultPolicy breaker.Policy, opts ...breaker.Option) (*Registry, error) {
 	if err := defaultPolicy.Validate(); err != nil {
 		return nil, err
 	}
 	return &Registry{
-		def:        defaultPolicy.withDefaults(),
+		def:        peek.WithDefaults(defaultPolicy),
 		opts:       slices.Clone(opts),
-		configured: map[string]Policy{},
-		breakers:   map[string]*Breaker{},
+		configured: map[string]breaker.Policy{},
+		breakers:   map[string]*breaker.Breaker{},
 		groups:     map[string]*Group{},
 	}, nil
 }
@@ -44,7 +46,7 @@ func NewRegistry(defaultPolicy Policy, opts ...Option) (*Registry, error) {
 // Get returns the breaker named name, creating it on first use with the policy configured
 // for name, or else the default one. It panics if name is a Group's: one name cannot be
 // both.
-func (r *Registry) Get(name string) *Breaker {
+func (r *Registry) Get(name string) *breaker.Breaker {
 	r.mu.RLock()
 	b, ok := r.breakers[name]
 	r.mu.RUnlock()
@@ -58,7 +60,7 @@ func (r *Registry) Get(name string) *Breaker {
 
 // newBreaker returns the breaker named name, creating it, and the creation hooks to call
 // if it did.
-func (r *Registry) newBreaker(name string) (*Breaker, []func(string)) {
+func (r *Registry) newBreaker(name string) (*breaker.Breaker, []func(string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b, ok := r.breakers[name]; ok {
@@ -69,7 +71,7 @@ func (r *Registry) newBreaker(name string) (*Breaker, []func(string)) {
 	}
 	p := r.policyLocked(name)
 	// Every policy here has been validated, so New cannot fail.
-	b, err := New(name, p, r.opts...)
+	b, err := breaker.New(name, p, r.opts...)
 	if err != nil {
 		panic("breaker: registry holds an invalid policy: " + err.Error())
 	}
@@ -99,7 +101,7 @@ func announce(name string, hooks []func(string)) {
 }
 
 // policyLocked is the policy of name: configured, or else the default. Caller holds mu.
-func (r *Registry) policyLocked(name string) Policy {
+func (r *Registry) policyLocked(name string) breaker.Policy {
 	if p, ok := r.configured[name]; ok {
 		return p
 	}
@@ -163,7 +165,7 @@ func (r *Registry) GroupNames() []string {
 }
 
 // Lookup returns the breaker named name if it exists, without creating it.
-func (r *Registry) Lookup(name string) (*Breaker, bool) {
+func (r *Registry) Lookup(name string) (*breaker.Breaker, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	b, ok := r.breakers[name]
@@ -174,8 +176,9 @@ func (r *Registry) Lookup(name string) (*Breaker, bool) {
 // breaker with Update (state kept) and remembered for a breaker created later; a name absent
 // from policies reverts to the default policy. An invalid entry is refused for that name only,
 // which keeps its last good policy, and is reported in the returned error (errors.Join of one
-// error per refused name, each naming the breaker and wrapping the [*FieldError]s).
-func (r *Registry) Apply(policies map[string]Policy) error {
+// error per refused name, each naming the breaker and wrapping what [breaker.Policy.Validate]
+// said, which names the field).
+func (r *Registry) Apply(policies map[string]breaker.Policy) error {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 
@@ -187,7 +190,7 @@ func (r *Registry) Apply(policies map[string]Policy) error {
 	slices.Sort(names)
 
 	r.mu.Lock()
-	next := make(map[string]Policy, len(policies))
+	next := make(map[string]breaker.Policy, len(policies))
 	refused := map[string]bool{}
 	for _, name := range names {
 		p := policies[name]
@@ -199,13 +202,13 @@ func (r *Registry) Apply(policies map[string]Policy) error {
 			}
 			continue
 		}
-		next[name] = p.withDefaults()
+		next[name] = peek.WithDefaults(p)
 	}
 	r.configured = next
 	type update struct {
 		name   string
-		update func(Policy) error
-		p      Policy
+		update func(breaker.Policy) error
+		p      breaker.Policy
 	}
 	updates := make([]update, 0, len(r.breakers)+len(r.groups))
 	for name, b := range r.breakers {
@@ -232,18 +235,18 @@ func (r *Registry) Apply(policies map[string]Policy) error {
 
 // Each calls f for every existing breaker, in name order, without holding the registry's
 // lock, so f may call Get.
-func (r *Registry) Each(f func(*Breaker)) {
+func (r *Registry) Each(f func(*breaker.Breaker)) {
 	r.mu.RLock()
-	bs := make([]*Breaker, 0, len(r.breakers))
+	bs := make([]*breaker.Breaker, 0, len(r.breakers))
 	for _, b := range r.breakers {
 		bs = append(bs, b)
 	}
 	r.mu.RUnlock()
-	slices.SortFunc(bs, func(a, b *Breaker) int {
+	slices.SortFunc(bs, func(a, b *breaker.Breaker) int {
 		switch {
-		case a.name < b.name:
+		case a.Name() < b.Name():
 			return -1
-		case a.name > b.name:
+		case a.Name() > b.Name():
 			return 1
 		}
 		return 0

@@ -1,19 +1,20 @@
-package breaker
+package registry
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 func TestRegistry(t *testing.T) {
 	clock := newFakeClock()
 	rec := &recorder{}
 	def := testPolicy()
-	r, err := NewRegistry(def, WithClock(clock), WithObserver(rec))
+	r, err := New(def, breaker.WithClock(clock), breaker.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,13 +22,13 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("Lookup created a breaker")
 	}
 	a := r.Get("a")
-	if r.Get("a") != a || a.Name() != "a" || a.Policy() != def.withDefaults() {
+	if r.Get("a") != a || a.Name() != "a" || a.Policy() != withDefaults(def) {
 		t.Fatalf("Get: %p %q %+v", a, a.Name(), a.Policy())
 	}
 
 	// State survives a reload, and the options reach every breaker.
 	doN(t, a, 20, errBoom)
-	wantState(t, a, Open)
+	wantState(t, a, breaker.Open)
 	if len(rec.takeTransitions()) != 1 {
 		t.Fatal("the registry's observer did not see the transition")
 	}
@@ -35,10 +36,10 @@ func TestRegistry(t *testing.T) {
 	pa.OpenTimeout = time.Minute
 	pb := def
 	pb.MinimumThroughput = 3
-	if err := r.Apply(map[string]Policy{"a": pa, "b": pb}); err != nil {
+	if err := r.Apply(map[string]breaker.Policy{"a": pa, "b": pb}); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, a, Open)
+	wantState(t, a, breaker.Open)
 	if a.Policy().OpenTimeout != time.Minute {
 		t.Fatalf("a's policy = %+v", a.Policy())
 	}
@@ -51,47 +52,46 @@ func TestRegistry(t *testing.T) {
 	bad := pb
 	bad.FailureRatio = 2
 	pa.OpenTimeout = 2 * time.Minute
-	err = r.Apply(map[string]Policy{"a": pa, "b": bad, "c": bad})
-	var fe *FieldError
-	if err == nil || !errors.As(err, &fe) || fe.Field != "failureRatio" || !strings.Contains(err.Error(), `"b"`) || !strings.Contains(err.Error(), `"c"`) {
+	err = r.Apply(map[string]breaker.Policy{"a": pa, "b": bad, "c": bad})
+	if err == nil || !strings.Contains(err.Error(), "invalid failureRatio") || !strings.Contains(err.Error(), `"b"`) || !strings.Contains(err.Error(), `"c"`) {
 		t.Fatalf("Apply error = %v", err)
 	}
-	if r.Get("b").Policy().MinimumThroughput != 3 || r.Get("c").Policy() != def.withDefaults() || a.Policy().OpenTimeout != 2*time.Minute {
+	if r.Get("b").Policy().MinimumThroughput != 3 || r.Get("c").Policy() != withDefaults(def) || a.Policy().OpenTimeout != 2*time.Minute {
 		t.Fatal("an invalid entry changed a policy, or a valid one was not applied")
 	}
 
 	// Names absent from the set revert to the default.
-	if err := r.Apply(map[string]Policy{}); err != nil {
+	if err := r.Apply(map[string]breaker.Policy{}); err != nil {
 		t.Fatal(err)
 	}
-	if a.Policy() != def.withDefaults() || r.Get("b").Policy() != def.withDefaults() {
+	if a.Policy() != withDefaults(def) || r.Get("b").Policy() != withDefaults(def) {
 		t.Fatal("absent names kept their configured policies")
 	}
-	wantState(t, a, Open)
+	wantState(t, a, breaker.Open)
 
 	if got := r.Names(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("Names = %v", got)
 	}
 	var each []string
-	r.Each(func(b *Breaker) { each = append(each, b.Name()); r.Get("from-each") })
+	r.Each(func(b *breaker.Breaker) { each = append(each, b.Name()); r.Get("from-each") })
 	if !slices.Equal(each, []string{"a", "b", "c"}) {
 		t.Fatalf("Each saw %v", each)
 	}
-	if _, err := NewRegistry(Policy{FailureRatio: 2}); err == nil {
-		t.Fatal("NewRegistry accepted an invalid default")
+	if _, err := New(breaker.Policy{FailureRatio: 2}); err == nil {
+		t.Fatal("New accepted an invalid default")
 	}
 }
 
 func TestRegistryConcurrent(t *testing.T) {
-	r, _ := NewRegistry(DefaultPolicy())
+	r, _ := New(breaker.DefaultPolicy())
 	var wg sync.WaitGroup
-	got := make([]*Breaker, 16)
+	got := make([]*breaker.Breaker, 16)
 	for i := range got {
 		wg.Go(func() {
 			got[i] = r.Get("shared")
-			p := DefaultPolicy()
+			p := breaker.DefaultPolicy()
 			p.MinimumThroughput = i + 1
-			_ = r.Apply(map[string]Policy{"shared": p})
+			_ = r.Apply(map[string]breaker.Policy{"shared": p})
 		})
 	}
 	wg.Wait()
@@ -103,13 +103,13 @@ func TestRegistryConcurrent(t *testing.T) {
 }
 
 func TestRegistryGroups(t *testing.T) {
-	reg, err := NewRegistry(DefaultPolicy())
+	reg, err := New(breaker.DefaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tight := DefaultPolicy()
+	tight := breaker.DefaultPolicy()
 	tight.OpenTimeout = 5 * time.Second
-	if err := reg.Apply(map[string]Policy{"hosts": tight}); err != nil {
+	if err := reg.Apply(map[string]breaker.Policy{"hosts": tight}); err != nil {
 		t.Fatal(err)
 	}
 	g := reg.Group("hosts")
@@ -124,13 +124,13 @@ func TestRegistryGroups(t *testing.T) {
 	tighter.OpenTimeout = 2 * time.Second
 	bad := tight
 	bad.Window = -1
-	if err := reg.Apply(map[string]Policy{"hosts": tighter}); err != nil {
+	if err := reg.Apply(map[string]breaker.Policy{"hosts": tighter}); err != nil {
 		t.Fatal(err)
 	}
 	if got := g.Get("a.example").Policy().OpenTimeout; got != 2*time.Second {
 		t.Errorf("Apply did not reach the member: OpenTimeout %v", got)
 	}
-	if err := reg.Apply(map[string]Policy{"hosts": bad}); err == nil || !strings.Contains(err.Error(), `"hosts"`) {
+	if err := reg.Apply(map[string]breaker.Policy{"hosts": bad}); err == nil || !strings.Contains(err.Error(), `"hosts"`) {
 		t.Errorf("invalid policy for a Group: %v", err)
 	}
 	if got := g.Policy().OpenTimeout; got != 2*time.Second {
@@ -139,7 +139,7 @@ func TestRegistryGroups(t *testing.T) {
 	if err := reg.Apply(nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := g.Get("b.example").Policy(); got != DefaultPolicy().withDefaults() {
+	if got := g.Get("b.example").Policy(); got != withDefaults(breaker.DefaultPolicy()) {
 		t.Errorf("an unconfigured Group's member runs %+v, want the default", got)
 	}
 	if g2, ok := reg.LookupGroup("hosts"); !ok || g2 != g || !slices.Equal(reg.GroupNames(), []string{"hosts"}) || len(reg.Names()) != 0 {
@@ -170,7 +170,7 @@ func TestRegistryGroups(t *testing.T) {
 // once however many goroutines race to create it, after the registry holds it and with no
 // lock held (the hook calls back into the registry); a Group's keys are not announced.
 func TestRegistryOnCreate(t *testing.T) {
-	reg, err := NewRegistry(testPolicy())
+	reg, err := New(testPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,5 +210,29 @@ func TestRegistryOnCreate(t *testing.T) {
 	slices.Sort(created)
 	if want := []string{"hosts", "payments"}; !slices.Equal(created, want) || second != 2 {
 		t.Errorf("announced %v and %d to the second hook, want %v to both", created, second, want)
+	}
+}
+
+// TestLeakedProbeThroughRegistry: a reload while a probe is out keeps it out, and
+// shortens the limit after which an unanswered probe re-opens the circuit.
+func TestLeakedProbeThroughRegistry(t *testing.T) {
+	clock := newFakeClock()
+	r, err := New(testPolicy(), breaker.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Get("db")
+	b.Trip()
+	clock.Advance(30 * time.Second)
+	_, _ = b.Allow()
+	// A reload while the probe is out keeps it out, and shortens its limit.
+	p := testPolicy()
+	p.OpenTimeout = 5 * time.Second
+	if err := r.Apply(map[string]breaker.Policy{"db": p}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Second)
+	if got, _ := r.Lookup("db"); got.State() != breaker.Open {
+		t.Fatalf("state %v, want re-opened", got.State())
 	}
 }

@@ -1,4 +1,4 @@
-package breaker
+package registry
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker"
 )
 
 // TestGroupStress runs 32 goroutines against a Group bounded at 64 keys, calling keys from
@@ -26,14 +28,14 @@ func TestGroupStress(t *testing.T) {
 		iterations = 300
 	}
 	clock := newFakeClock()
-	p := Policy{OpenTimeout: time.Hour, Window: time.Second, FailureRatio: 0.5, MinimumThroughput: 4, SuccessThreshold: 1, HalfOpenPermittedCalls: 2}
-	g, err := NewGroup("stress", p, WithClock(clock))
+	p := breaker.Policy{OpenTimeout: time.Hour, Window: time.Second, FailureRatio: 0.5, MinimumThroughput: 4, SuccessThreshold: 1, HalfOpenPermittedCalls: 2}
+	g, err := NewGroup("stress", p, breaker.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.SetMaxKeys(maxKeys)
 
-	pinned := map[string]*Breaker{}
+	pinned := map[string]*breaker.Breaker{}
 	for i := range 5 {
 		k := "pinned-" + strconv.Itoa(i)
 		pinned[k] = g.Get(k)
@@ -86,9 +88,9 @@ func TestGroupStress(t *testing.T) {
 	for _, k := range g.Keys() {
 		b, _ := g.Lookup(k)
 		switch b.State() {
-		case Open:
+		case breaker.Open:
 			open++
-		case HalfOpen:
+		case breaker.HalfOpen:
 			halfOpen++
 		}
 	}
@@ -98,7 +100,7 @@ func TestGroupStress(t *testing.T) {
 	if s.Keys > maxKeys && s.Keys > open+halfOpen {
 		t.Errorf("%d keys over a bound of %d with only %d not closed", s.Keys, maxKeys, open+halfOpen)
 	}
-	if s.State != Open {
+	if s.State != breaker.Open {
 		t.Errorf("Group state %v with pinned open keys", s.State)
 	}
 	t.Logf("%d keys, %d open, %d half-open, worst %v", s.Keys, s.Open, s.HalfOpen, s.Worst)

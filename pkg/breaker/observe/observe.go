@@ -1,8 +1,10 @@
-package breaker
+package observe
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/circuit"
 )
 
 // Outcome is what the breaker made of one call.
@@ -120,15 +122,15 @@ func (t Trigger) String() string {
 }
 
 // Transition describes one change of state: From and To always differ. Trip on an open
-// circuit restarts the open period without a Transition (see [Breaker.Trip]).
+// circuit restarts the open period without a Transition (see breaker.Breaker.Trip).
 type Transition struct {
 	Breaker  string
-	From, To State
+	From, To circuit.State
 	// At is when the new state was reached; for an adopted verdict, the verdict's Since.
 	At time.Time
 	// Counts are the counts behind the transition, taken before any reset: the window's
 	// tally that opened the circuit, or the probe counts that closed or re-opened it.
-	Counts Counts
+	Counts circuit.Counts
 	// Err is the failure that caused the transition, if one did.
 	Err   error
 	Cause TransitionCause
@@ -136,7 +138,7 @@ type Transition struct {
 	// To Open; Counts holds the figures (Failures or Slow over Calls).
 	Trigger Trigger
 	// ConsecutiveOpens and OpenTimeout describe the open period entered, for To Open (and
-	// the one just ended, for To HalfOpen): as in [Verdict].
+	// the one just ended, for To HalfOpen): as in breaker.Verdict.
 	ConsecutiveOpens int
 	OpenTimeout      time.Duration
 	// Period is the state period entered. It grows by one on every transition of the
@@ -148,10 +150,10 @@ type Transition struct {
 type CallEvent struct {
 	Breaker  string
 	Outcome  Outcome
-	Reason   RejectReason // why, for OutcomeRejected
-	Initial  State        // the state the call was admitted (or refused) in
-	Final    State        // the state after its outcome was recorded
-	Err      error        // what the protected function returned; nil on success
+	Reason   RejectReason  // why, for OutcomeRejected
+	Initial  circuit.State // the state the call was admitted (or refused) in
+	Final    circuit.State // the state after its outcome was recorded
+	Err      error         // what the protected function returned; nil on success
 	Panicked bool
 	// Slow says the call took at least SlowCallDuration (only judged when it is set; a
 	// call the caller gave up on, context.Canceled, is never slow).
@@ -189,8 +191,8 @@ type Observer interface {
 	OnTransition(Transition)
 }
 
-// ObserverFunc is a function used as an Observer: breaker.WithObserver(breaker.ObserverFunc(
-// func(t breaker.Transition) { ... })).
+// ObserverFunc is a function used as an Observer: breaker.WithObserver(observe.ObserverFunc(
+// func(t observe.Transition) { ... })).
 type ObserverFunc func(Transition)
 
 // OnTransition calls f(t).
@@ -201,10 +203,19 @@ func (f ObserverFunc) OnTransition(t Transition) { f(t) }
 type CallObserver interface {
 	Observer
 	// OnCallStart: an admitted call starts (one more active call).
-	OnCallStart(breaker string, s State)
+	OnCallStart(breaker string, s circuit.State)
 	// OnCallEnd: an admitted call ended (one fewer active call), or a call was refused
 	// (Outcome == OutcomeRejected, with no OnCallStart before it).
 	OnCallEnd(CallEvent)
 	// OnFallback: Call ran the Open callback.
 	OnFallback(breaker string, reason FallbackReason, cause error)
+}
+
+// RetryObserver is an Observer that also sees every retry asked of a budgeted breaker.
+// Breakers without one pay nothing for it.
+type RetryObserver interface {
+	Observer
+	// OnRetry: a retry was allowed (and is then a call like any other), or the budget
+	// refused it.
+	OnRetry(breaker string, allowed bool)
 }
