@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,12 +133,33 @@ func (d *deriver) linesOn(ctx context.Context, node, pod string, reports *podRep
 	}
 	found := false
 	for i := range rep.Pods {
-		if p := &rep.Pods[i]; p.Name == pod {
-			reports.lines = append(reports.lines, nodeLine{node: rep.NodeName, uid: p.UID, entries: p.Breakers})
-			found = true
+		p := &rep.Pods[i]
+		if p.Name != pod || slices.ContainsFunc(rep.Pods[:i], func(q resiliencev1alpha1.NodePodReport) bool { return q.UID == p.UID }) {
+			continue
 		}
+		reports.lines = append(reports.lines, nodeLine{node: rep.NodeName, uid: p.UID, entries: firstOfEachName(p.Breakers)})
+		found = true
 	}
 	return found, nil
+}
+
+// firstOfEachName returns entries with every entry whose name an earlier one has left
+// out: a node report's lists are atomic (docs/design.md §9), so the API server does not
+// keep their keys unique, and an agent that repeats a pod or a breaker must not make it
+// count twice. The agent never does; entries is returned as it is then.
+func firstOfEachName(entries []resiliencev1alpha1.BreakerReportEntry) []resiliencev1alpha1.BreakerReportEntry {
+	for i := 1; i < len(entries); i++ {
+		if slices.ContainsFunc(entries[:i], func(e resiliencev1alpha1.BreakerReportEntry) bool { return e.Name == entries[i].Name }) {
+			out := slices.Clone(entries[:i])
+			for _, e := range entries[i+1:] {
+				if !slices.ContainsFunc(out, func(o resiliencev1alpha1.BreakerReportEntry) bool { return o.Name == e.Name }) {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+	}
+	return entries
 }
 
 // pod returns the pod of that name, nil when there is none. The cache's answer is

@@ -331,6 +331,27 @@ var _ = Describe("Counting node reports", func() {
 		}).Should(Succeed())
 	})
 
+	It("counts a pod its node's report repeats, or a breaker a line repeats, once: the first", func(ctx SpecContext) {
+		// The report's lists are atomic, so the API server keeps no key unique in them.
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "search"))).To(Succeed())
+		agent := asAgent(ctx, "node-a")
+		setAgentReady(ctx, "node-a", corev1.ConditionTrue, time.Now())
+		web, api := boundPod(ctx, ns, "web", "node-a"), boundPod(ctx, ns, "api", "node-a")
+		Eventually(func() error {
+			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a",
+				podLine(web, line("search", closed, started, time.Now())),
+				podLine(web, line("search", open, tripped, time.Now())),
+				podLine(api, line("search", closed, started, time.Now()), line("search", open, tripped, time.Now()))))
+		}).Should(Succeed())
+		once := func(g Gomega) {
+			cb := getBreaker(g, ctx, ns, "search")
+			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 2, Closed: 2, OnLatestConfig: 2}))
+			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateClosed))
+		}
+		Eventually(once).Should(Succeed())
+		Consistently(once, "2s").Should(Succeed())
+	})
+
 	It("counts nothing of a node whose agent has not been Ready for the grace, and counts it again once Ready", func(ctx SpecContext) {
 		Expect(reconciler.nodeAgentGrace()).To(Equal(suiteNodeAgentGrace))
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "search"))).To(Succeed())

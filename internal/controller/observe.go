@@ -92,9 +92,15 @@ func (o *observations) observeNode(old, rep *resiliencev1alpha1.NodeBreakerRepor
 			}
 		}
 	}
+	// The first line of a UID and the first entry of a name, as derive counts them.
+	lines := make(map[types.UID]bool, len(rep.Pods))
 	for i := range rep.Pods {
 		p := &rep.Pods[i]
-		o.observeEntries(types.NamespacedName{Namespace: rep.Namespace, Name: p.Name}, p.UID, rep.NodeName, p.Breakers, now)
+		if lines[p.UID] {
+			continue
+		}
+		lines[p.UID] = true
+		o.observeEntries(types.NamespacedName{Namespace: rep.Namespace, Name: p.Name}, p.UID, rep.NodeName, firstOfEachName(p.Breakers), now)
 	}
 }
 

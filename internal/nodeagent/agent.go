@@ -126,7 +126,7 @@ func New(o Options) (*Agent, error) {
 	}
 	a := &Agent{node: o.NodeName, id: id, log: log, grace: o.ShutdownGrace, hc: hc, cs: cs}
 	a.auth = newAuthenticator(cs.AuthenticationV1().TokenReviews(), clk)
-	a.book = newBook(o.NodeName, &apiWriter{reports: dc.Resource(nodeReports), node: o.NodeName}, clk, log)
+	a.book = newBook(o.NodeName, newAPIWriter(dc.Resource(nodeReports), o.NodeName), clk, log)
 	a.pods = newPodIndex(cs, o.NodeName, a.book.podGone)
 	a.configs = newConfigWatches(cs, id, log)
 	return a, nil

@@ -13,7 +13,7 @@
 //
 // Up: a pod PUTs the whole of its report (breakerconfig.AgentReport). The agent checks it
 // against the schema's bounds, keeps the latest per pod, and writes one NodeBreakerReport
-// per namespace, named after the node and owned by the Node, by server-side apply: at most
+// per namespace, named after the node and owned by the Node, by update (writer.go): at most
 // one write per object per 250 ms, the first change after a quiet spell at once, a change
 // that carries earned evidence (breakerconfig.Earned, a new config generation or refusal)
 // before changes that only echo what the pods were told, and nothing when the object

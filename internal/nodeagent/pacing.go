@@ -159,7 +159,7 @@ func (b *book) write(ctx context.Context, j job) {
 	if len(j.lines) == 0 {
 		err = b.writer.remove(ctx, j.namespace)
 	} else {
-		err = b.writer.apply(ctx, j.namespace, b.object(j.namespace, j.lines, j.owner))
+		err = b.writer.write(ctx, j.namespace, b.object(j.namespace, j.lines, j.owner))
 	}
 	b.done(j, start, err)
 }

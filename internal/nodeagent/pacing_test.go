@@ -31,7 +31,7 @@ type written struct {
 	obj       nodeReportObject
 }
 
-func (r *recorder) apply(_ context.Context, ns string, obj nodeReportObject) error {
+func (r *recorder) write(_ context.Context, ns string, obj nodeReportObject) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {

@@ -20,11 +20,10 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// maxObjectBytes bounds the pods' lines of one NodeBreakerReport, as written. Server-side
-// apply keeps a managedFields entry naming every field of every entry, which adds about
-// two thirds again, and etcd refuses an object over 1.5 MiB: a pod whose report would push
-// its node's object past this is refused rather than costing every pod of the node their
-// report.
+// maxObjectBytes bounds the pods' lines of one NodeBreakerReport, as written. etcd refuses
+// an object over 1.5 MiB, and every write of the object costs the API server in proportion
+// to its size: a pod whose report would push its node's object past this is refused rather
+// than costing every pod of the node their report.
 const maxObjectBytes = 640 << 10
 
 // maxDeparted bounds how many pods that left the node the agent remembers, so that a
@@ -293,6 +292,10 @@ type nodeReportObject struct {
 type nodeReportMeta struct {
 	Name            string                  `json:"name"`
 	Namespace       string                  `json:"namespace"`
+	ResourceVersion string                  `json:"resourceVersion,omitempty"`
+	Labels          map[string]string       `json:"labels,omitempty"`
+	Annotations     map[string]string       `json:"annotations,omitempty"`
+	Finalizers      []string                `json:"finalizers,omitempty"`
 	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
 }
 

@@ -349,9 +349,10 @@ func (c *requestCounter) count(what string) int {
 	return c.counts[what]
 }
 
-// writesTo counts the agent's writes of the node report in ns: applies and deletes.
+// writesTo counts the agent's writes of the node report in ns: creates, updates and
+// deletes.
 func (c *requestCounter) writesTo(ns string) int {
-	return c.count("PATCH nodebreakerreports "+ns) + c.count("DELETE nodebreakerreports "+ns)
+	return c.count("POST nodebreakerreports "+ns) + c.count("PUT nodebreakerreports "+ns) + c.count("DELETE nodebreakerreports "+ns)
 }
 
 // call sends a request to the agent with token ("" for none) and returns the status and

@@ -27,9 +27,9 @@ import (
 // figure the fleet incident's CPU is made of (docs/benchmarks.md, "Through node
 // agents"). A NodeBreakerReport of P pods with 2 breakers each, shaped as the agent
 // writes it, is written by its node's agent's identity (the admission policy judging
-// it) with one pod's entry changed each time: by server-side apply of the whole object,
-// as the agent writes (internal/nodeagent, writer.go); by an update (PUT) of the whole
-// object; by a JSON patch of that one entry. Besides ns/op it reports the API server's
+// it) with one pod's entry changed each time: by server-side apply of the whole object;
+// by an update (PUT) of the whole object, as the agent writes (internal/nodeagent,
+// writer.go); by a JSON patch of that one entry. Besides ns/op it reports the API server's
 // CPU per write (`apiserver-cpu-ms/op`, /proc), the object's size as stored and, of that,
 // its managedFields'. With FLEET_PROFILE set to a directory it also keeps a CPU profile
 // of the API server over each sub-benchmark (write-pods=P-how-apiserver.pprof), which
