@@ -15,18 +15,28 @@ import (
 // Pacing (docs/design.md §9): each node report is written at most once per interval. A
 // change that brings news the fleet decides on (urgent: an earned state, a new config
 // generation or refusal, a breaker or pod leaving by the pod's own word) goes in the next
-// slot: at once after a quiet spell, else interval after the last write, together with
-// everything that changed meanwhile. A change that only echoes what the pods were told
-// or what time did (adopted verdicts, forced modes, timeouts, a breaker's first word,
-// traffic, a pod gone from the node) waits up to hold from the first of them, so that
-// the echoes of one incident, which reach the agent over the pods' own hold of 100–500
-// ms, go out in one write and after the evidence; an urgent change takes them with it.
+// slot: gather after it came when the object has been quiet, else interval after the
+// last write, together with everything that changed meanwhile. A change that only echoes
+// what the pods were told or what time did (adopted verdicts, forced modes, timeouts, a
+// breaker's first word, traffic, a pod gone from the node) waits up to hold from the
+// first of them, so that the echoes of one incident, which reach the agent over the pods'
+// own hold of 100–500 ms, go out in one write and after the evidence; an urgent change
+// takes them with it.
+//
+// gather is what "at once" costs: when a dependency fails, the pods of a node that call
+// it trip within moments of each other, and their reports reach the agent over some tens
+// of milliseconds. Written the instant the first arrives, the node's evidence took two
+// writes (the first pod, then the rest an interval later) before the echoes' third;
+// gathered, an incident costs the object two writes, its evidence and its echoes, for a
+// tenth of a second on the fleet's first sight of it. Every write rewrites the whole
+// object, and costs the API server by its size (docs/benchmarks.md).
 type pacing struct {
+	gather   time.Duration
 	interval time.Duration
 	hold     time.Duration
 }
 
-var defaultPacing = pacing{interval: 250 * time.Millisecond, hold: time.Second}
+var defaultPacing = pacing{gather: 100 * time.Millisecond, interval: 250 * time.Millisecond, hold: time.Second}
 
 // maxConcurrentWrites bounds the writes in flight, each to another namespace's object;
 // one object is never written twice at once.
@@ -56,9 +66,9 @@ func (c change) merge(o change) change {
 // due is when a report whose pending changes are c, last written at lastWrite, and not to
 // be retried before retryAt, may be written.
 func (p pacing) due(c change, lastWrite, retryAt time.Time) time.Time {
-	at := c.since
+	at := c.since.Add(p.gather)
 	if !c.urgent {
-		at = at.Add(p.hold)
+		at = c.since.Add(p.hold)
 	}
 	if next := lastWrite.Add(p.interval); !lastWrite.IsZero() && next.After(at) {
 		at = next

@@ -129,16 +129,25 @@ func wantWrites(t *testing.T, at string, got []written, want ...[]string) {
 }
 
 // TestPacing: on a fake clock, the writes one object gets: the first earned change after
-// a quiet spell at once; what comes in the next 250 ms in one write 250 ms after the
-// first; unearned changes after their hold of 1 s, or with an earned one; nothing for a
-// resend of what the object says, or for changes that undo each other.
+// a quiet spell 100 ms after it came, with what came meanwhile; what comes in the next 250
+// ms in one write 250 ms after the first; unearned changes after their hold of 1 s, or
+// with an earned one; nothing for a resend of what the object says, or for changes that
+// undo each other.
 func TestPacing(t *testing.T) {
+	if defaultPacing.gather != 100*time.Millisecond {
+		t.Fatalf("this test is written for a gather of 100 ms, not %v", defaultPacing.gather)
+	}
 	p := newPacer(t)
 	p.put("shop", "a", tripped)
-	w, _ := p.step(0)
-	wantWrites(t, "an earned change after a quiet spell", w, []string{"a"})
+	w, _ := p.step(60 * time.Millisecond)
+	wantWrites(t, "60 ms after an earned change after a quiet spell", w)
+	p.put("shop", "b", tripped)
+	w, _ = p.step(39 * time.Millisecond)
+	wantWrites(t, "99 ms after an earned change after a quiet spell", w)
+	w, _ = p.step(time.Millisecond)
+	wantWrites(t, "100 ms after an earned change after a quiet spell", w, []string{"a", "b"})
 
-	for i, pod := range []string{"b", "c", "d", "e"} {
+	for i, pod := range []string{"c", "d", "e", "f"} {
 		w, _ := p.step(50 * time.Millisecond)
 		p.put("shop", pod, tripped)
 		_, next := p.step(0)
@@ -150,7 +159,7 @@ func TestPacing(t *testing.T) {
 	w, _ = p.step(49 * time.Millisecond)
 	wantWrites(t, "249 ms after the first write", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "250 ms after the first write", w, []string{"a", "b", "c", "d", "e"})
+	wantWrites(t, "250 ms after the first write", w, []string{"a", "b", "c", "d", "e", "f"})
 
 	// Echoes (adopted verdicts) wait their hold, 1 s from the first of them, however
 	// quiet it has been.
@@ -166,7 +175,7 @@ func TestPacing(t *testing.T) {
 	w, _ = p.step(999 * time.Millisecond)
 	wantWrites(t, "999 ms into the hold", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "the hold's end", w, []string{"a", "b", "c", "d", "e"})
+	wantWrites(t, "the hold's end", w, []string{"a", "b", "c", "d", "e", "f"})
 
 	// An earned change takes the held ones with it.
 	p.step(10 * time.Second)
@@ -200,17 +209,17 @@ func TestPacing(t *testing.T) {
 	}
 }
 
-// TestPacingPerObject: the pace is per object: another namespace's first change goes at
-// once; at most maxConcurrentWrites writes start together, earned ones first.
+// TestPacingPerObject: the pace is per object: another namespace's first change goes
+// after its own gather; at most maxConcurrentWrites writes start together, earned ones first.
 func TestPacingPerObject(t *testing.T) {
 	p := newPacer(t)
 	p.put("shop", "a", tripped)
-	p.step(0)
+	p.step(defaultPacing.gather)
 	p.put("shop", "b", tripped)
 	p.put("blog", "c", tripped)
-	w, _ := p.step(0)
+	w, _ := p.step(defaultPacing.gather)
 	if len(w) != 1 || w[0].namespace != "blog" {
-		t.Errorf("another namespace's first change: wrote %+v, want blog's at once", w)
+		t.Errorf("another namespace's first change: wrote %+v, want blog's after its gather", w)
 	}
 
 	p.step(10 * time.Second)
@@ -245,7 +254,7 @@ func TestPacingAfterFailures(t *testing.T) {
 	p := newPacer(t)
 	p.rec.fail = errors.New("connection refused")
 	p.put("shop", "a", tripped)
-	_, next := p.step(0)
+	_, next := p.step(defaultPacing.gather)
 	if wait := next.Sub(p.clock.Now()); wait < 100*time.Millisecond || wait > 125*time.Millisecond {
 		t.Errorf("first retry in %v, want 100–125 ms", wait)
 	}
