@@ -82,7 +82,7 @@ func asAgent(ctx context.Context, node string) client.Client {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-node-agent"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{resiliencev1alpha1.GroupVersion.Group}, Resources: []string{"nodebreakerreports"},
-			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}},
+			Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}},
 	}
 	if err := k8sClient.Create(ctx, role); !apierrors.IsAlreadyExists(err) {
 		Expect(err).NotTo(HaveOccurred())

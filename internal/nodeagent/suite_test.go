@@ -67,7 +67,7 @@ var agentRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews", "selfsubjectreviews"}, Verbs: []string{"create"}},
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{breakerconfig.ConfigMapName}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{breakerconfig.Group}, Resources: []string{breakerconfig.NodeReportResource}, Verbs: []string{"get", "list", "watch", "create", "patch", "update", "delete"}},
+	{APIGroups: []string{breakerconfig.Group}, Resources: []string{breakerconfig.NodeReportResource}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 }
 
 func TestMain(m *testing.M) {
