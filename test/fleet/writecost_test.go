@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -58,6 +59,21 @@ func BenchmarkNodeReportWrite(b *testing.B) {
 	}
 	h.nodes = 1
 	if err := h.createNodes(1); err != nil {
+		b.Fatal(err)
+	}
+	// The agent's role has no patch (it creates and updates); the comparison's server-side
+	// applies and JSON patches need it.
+	if _, err := h.cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-node-report-patch"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{nodeBreakerReportsGVR.Group}, Resources: []string{nodeBreakerReportsGVR.Resource}, Verbs: []string{"patch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := h.cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-node-report-patch"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "bench-node-report-patch"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: operatorNamespace, Name: nodeAgentAccount}},
+	}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	node := h.nodeObjs[0]
