@@ -113,6 +113,15 @@ func startManager(bin, kubeconfig, logPath string) (*manager, error) {
 		args = append(args, "--pprof-bind-address=127.0.0.1:"+strconv.Itoa(port))
 		pprofURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", port)
 	}
+	if flags["gate-bind-address"] {
+		// A port of its own: the default (8444) is make run's, and a run beside one
+		// would take it from the other.
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--gate-bind-address=127.0.0.1:"+strconv.Itoa(port))
+	}
 	if flags["webhook-cert-mode"] {
 		// The harness installs no webhook configurations: the API server would
 		// call nobody, and the manager needs no certificate.

@@ -168,14 +168,16 @@ func TestTransitionsAreCoalesced(t *testing.T) {
 		}
 		return nil
 	})
-	// What the writer does meanwhile is up to the scheduler; a handful of writes is
-	// coalescing, hundreds is not.
+	// What the writer does meanwhile is up to the scheduler: a quiet machine takes 1 to
+	// 3 writes, a loaded one that stretches the loop over more of the writer's wake-ups
+	// a few more (6 under a 5,000-pod benchmark beside it). A few dozen is still
+	// coalescing; one a transition, hundreds, is not.
 	idle(t, in.agent)
 	writes := in.agent.Stats().Writes - before
-	transitions := (2*rounds - 1) * len(names)
+	transitions := int64((2*rounds - 1) * len(names))
 	t.Logf("%d transitions written in %d writes", transitions, writes)
-	if writes < 1 || writes > 5 {
-		t.Errorf("%d transitions cost %d writes of the report, want 1 to 5", transitions, writes)
+	if writes < 1 || writes > transitions/20 {
+		t.Errorf("%d transitions cost %d writes of the report, want 1 to %d", transitions, writes, transitions/20)
 	}
 }
 
