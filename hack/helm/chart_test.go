@@ -253,13 +253,13 @@ func TestChartDefaultsDeployWhatConfigDefaultDeploys(t *testing.T) {
 		*r[0].Subjects[0].ServiceAccount != (flowcontrolv1.ServiceAccountSubject{Namespace: ns, Name: "fusebox-controller-manager"}) {
 		t.Errorf("FlowSchema fusebox-operator: namespace %q, rules %+v; want the release's service account %s/fusebox-controller-manager", schema.Namespace, r, ns)
 	}
-	// The node agents' schema too, and it files them with the reports.
+	// The node agents' schema too, and it files them in a level of their own.
 	var agentsSchema flowcontrolv1.FlowSchema
-	if !get(t, objs, "FlowSchema", "fusebox-node-agents", &agentsSchema) {
-		t.Error("flowControl.enabled by default: want the fusebox-node-agents FlowSchema")
-	} else if r := agentsSchema.Spec.Rules; agentsSchema.Spec.PriorityLevelConfiguration.Name != "fusebox-breaker-reports" || len(r) != 1 || len(r[0].Subjects) != 1 ||
+	if !get(t, objs, "FlowSchema", "fusebox-node-agents", &agentsSchema) || !get(t, objs, "PriorityLevelConfiguration", "fusebox-node-agents", nil) {
+		t.Error("flowControl.enabled by default: want the fusebox-node-agents FlowSchema and priority level")
+	} else if r := agentsSchema.Spec.Rules; agentsSchema.Spec.PriorityLevelConfiguration.Name != "fusebox-node-agents" || len(r) != 1 || len(r[0].Subjects) != 1 ||
 		r[0].Subjects[0].ServiceAccount == nil || *r[0].Subjects[0].ServiceAccount != (flowcontrolv1.ServiceAccountSubject{Namespace: ns, Name: "fusebox-node"}) {
-		t.Errorf("FlowSchema fusebox-node-agents: level %q, rules %+v; want the release's service account %s/fusebox-node in fusebox-breaker-reports", agentsSchema.Spec.PriorityLevelConfiguration.Name, r, ns)
+		t.Errorf("FlowSchema fusebox-node-agents: level %q, rules %+v; want the release's service account %s/fusebox-node in fusebox-node-agents", agentsSchema.Spec.PriorityLevelConfiguration.Name, r, ns)
 	}
 
 	// CRDs: every one of config/crd/bases, from crds/.

@@ -88,8 +88,8 @@ admissionPolicy:
 
 flowControl:
   # API priority and fairness (docs/rbac.md): the operator's own priority
-  # level, so it never queues behind a storm of pods' report writes, and a
-  # bounded level for those writes (%s).
+  # level, so it never queues behind a storm of pods' report writes, and
+  # bounded levels for those writes and for the node agents' (%s).
   # false: the API server's default FlowSchemas apply.
   enabled: true
 

@@ -53,7 +53,7 @@ func TestDefaultDeploysTheNodeAgent(t *testing.T) {
 		"/pods":       {"get": nil, "list": nil, "watch": nil},
 		"/configmaps": {"get": {breakerconfig.ConfigMapName}, "list": {breakerconfig.ConfigMapName}, "watch": {breakerconfig.ConfigMapName}},
 		breakerconfig.Group + "/" + breakerconfig.NodeReportResource: {
-			"get": nil, "list": nil, "watch": nil, "create": nil, "update": nil, "patch": nil, "delete": nil,
+			"get": nil, "list": nil, "watch": nil, "create": nil, "update": nil, "delete": nil,
 		},
 	}
 	got := map[string]map[string][]string{}
