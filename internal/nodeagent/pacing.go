@@ -19,9 +19,11 @@ import (
 // last write, together with everything that changed meanwhile. A change that only echoes
 // what the pods were told or what time did (adopted verdicts, forced modes, timeouts, a
 // breaker's first word, traffic, a pod gone from the node) waits up to hold from the
-// first of them, so that the echoes of one incident, which reach the agent over the pods'
-// own hold of 100–500 ms, go out in one write and after the evidence; an urgent change
-// takes them with it.
+// first of them, so that the echoes of one incident go out in one write and after the
+// evidence; an urgent change takes them with it. The pods of a node hear the fleet's
+// verdict on the agent's own streams, within moments of each other, and send their
+// echoes at once (pkg/breaker/kube holds none through an agent); hold also covers the
+// 100–500 ms a pod of an older library holds its echoes.
 //
 // gather is what "at once" costs: when a dependency fails, the pods of a node that call
 // it trip within moments of each other, and their reports reach the agent over some tens
@@ -36,7 +38,7 @@ type pacing struct {
 	hold     time.Duration
 }
 
-var defaultPacing = pacing{gather: 100 * time.Millisecond, interval: 250 * time.Millisecond, hold: time.Second}
+var defaultPacing = pacing{gather: 100 * time.Millisecond, interval: 250 * time.Millisecond, hold: 500 * time.Millisecond}
 
 // maxConcurrentWrites bounds the writes in flight, each to another namespace's object;
 // one object is never written twice at once.

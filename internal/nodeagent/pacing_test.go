@@ -130,12 +130,12 @@ func wantWrites(t *testing.T, at string, got []written, want ...[]string) {
 
 // TestPacing: on a fake clock, the writes one object gets: the first earned change after
 // a quiet spell 100 ms after it came, with what came meanwhile; what comes in the next 250
-// ms in one write 250 ms after the first; unearned changes after their hold of 1 s, or
+// ms in one write 250 ms after the first; unearned changes after their hold of 500 ms, or
 // with an earned one; nothing for a resend of what the object says, or for changes that
 // undo each other.
 func TestPacing(t *testing.T) {
-	if defaultPacing.gather != 100*time.Millisecond {
-		t.Fatalf("this test is written for a gather of 100 ms, not %v", defaultPacing.gather)
+	if defaultPacing.gather != 100*time.Millisecond || defaultPacing.hold != 500*time.Millisecond {
+		t.Fatalf("this test is written for a gather of 100 ms and a hold of 500 ms, not %v and %v", defaultPacing.gather, defaultPacing.hold)
 	}
 	p := newPacer(t)
 	p.put("shop", "a", tripped)
@@ -161,7 +161,7 @@ func TestPacing(t *testing.T) {
 	w, _ = p.step(time.Millisecond)
 	wantWrites(t, "250 ms after the first write", w, []string{"a", "b", "c", "d", "e", "f"})
 
-	// Echoes (adopted verdicts) wait their hold, 1 s from the first of them, however
+	// Echoes (adopted verdicts) wait their hold, 500 ms from the first of them, however
 	// quiet it has been.
 	w, next := p.step(10 * time.Second)
 	wantWrites(t, "a quiet spell", w)
@@ -172,8 +172,8 @@ func TestPacing(t *testing.T) {
 	w, _ = p.step(0)
 	wantWrites(t, "an adopted verdict at once", w)
 	p.put("shop", "c", adopted)
-	w, _ = p.step(999 * time.Millisecond)
-	wantWrites(t, "999 ms into the hold", w)
+	w, _ = p.step(499 * time.Millisecond)
+	wantWrites(t, "499 ms into the hold", w)
 	w, _ = p.step(time.Millisecond)
 	wantWrites(t, "the hold's end", w, []string{"a", "b", "c", "d", "e", "f"})
 
@@ -200,7 +200,7 @@ func TestPacing(t *testing.T) {
 		t.Errorf("an unchanged resend left something pending (looks at %v)", next)
 	}
 	p.put("shop", "a", adopted)
-	p.step(500 * time.Millisecond)
+	p.step(250 * time.Millisecond)
 	p.put("shop", "a", tripped)
 	w, next = p.step(time.Second)
 	wantWrites(t, "a change undone", w)

@@ -43,6 +43,13 @@ const (
 	maxUnearnedDelay = 500 * time.Millisecond
 )
 
+// noHold is the hold of a pod that reports through its node's agent: none. The agent
+// holds the echoes of all its node's pods for one write of the node's report
+// (internal/nodeagent, pacing.go), and a request to it costs the API server nothing, so a
+// hold here would only make every echo later. A re-timing alone still waits for another
+// change (held).
+func noHold() time.Duration { return 0 }
+
 // unearnedDelay draws one hold, uniformly in [minUnearnedDelay, maxUnearnedDelay).
 func unearnedDelay() time.Duration {
 	return minUnearnedDelay + rand.N(maxUnearnedDelay-minUnearnedDelay)

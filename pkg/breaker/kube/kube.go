@@ -280,6 +280,7 @@ func startWithNodeAgent(ctx context.Context, o Options, log *slog.Logger) (*Agen
 		return nil, err
 	}
 	rep := newReporter(&agentSink{c: client}, log)
+	rep.holdFor = noHold
 	client.restarted = rep.resendAll
 	a, err := newAgent(o, rep, log)
 	if err != nil {
