@@ -343,3 +343,50 @@ func TestTooManyEntriesAgreeWithTheNodeSchema(t *testing.T) {
 		t.Errorf("the API server given a line of 101 entries: %v, want Invalid naming pods[0].breakers", err)
 	}
 }
+
+// TestWriteAfterAnotherWriter: the agent updates its object on the resourceVersion it last
+// wrote; when something else wrote it meanwhile (here another client of the node's own
+// identity, the only one the admission policy lets write it, adding an annotation), the
+// update conflicts, and the agent reads the object again, writes its lines and keeps what
+// the other added.
+func TestWriteAfterAnotherWriter(t *testing.T) {
+	t.Parallel()
+	node := newNode(t)
+	ns := newNamespace(t)
+	agent := startAgent(t, node, agentOptions{})
+	pods, tokens := podsOnNode(t, agent, ns, node.Name, 2)
+	if status, body := putReport(t, agent, tokens[0], tripped); status != http.StatusOK {
+		t.Fatalf("pod 0: %d %s", status, body)
+	}
+	eventually(t, "pod 0's line written", func() error {
+		if _, ok := linesOf(nodeReport(t, ns, node.Name))[pods[0].Name]; !ok {
+			return errors.New("no line")
+		}
+		return nil
+	})
+	eventually(t, "the agent idle", idle(agent))
+	conflicts := agent.writes.conflicts()
+
+	other, err := client.New(agentIdentity(node), client.Options{Scheme: scheme})
+	must(t, err)
+	rep := nodeReport(t, ns, node.Name)
+	rep.Annotations = map[string]string{"example.com/seen-by": "an auditor"}
+	must(t, other.Update(context.Background(), rep))
+
+	if status, body := putReport(t, agent, tokens[1], tripped); status != http.StatusOK {
+		t.Fatalf("pod 1: %d %s", status, body)
+	}
+	eventually(t, "pod 1's line written after the other's update", func() error {
+		rep := nodeReport(t, ns, node.Name)
+		if n := len(linesOf(rep)); n != 2 {
+			return fmt.Errorf("%d lines", n)
+		}
+		if got := rep.Annotations["example.com/seen-by"]; got != "an auditor" {
+			return fmt.Errorf("the other writer's annotation is %q", got)
+		}
+		return nil
+	})
+	if agent.writes.conflicts() == conflicts {
+		t.Error("the agent's update did not conflict with the other writer's: it did not write on the resourceVersion it last wrote")
+	}
+}

@@ -295,7 +295,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // requestCounter counts an agent's requests to the API server by what they do.
 type requestCounter struct {
 	mu     sync.Mutex
-	counts map[string]int // "PATCH nodebreakerreports ns", "WATCH configmaps ns"
+	counts map[string]int // "PUT nodebreakerreports ns", "WATCH configmaps ns", "409"
 }
 
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -308,13 +308,21 @@ type countingTransport struct {
 }
 
 func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	t.c.mu.Lock()
-	if t.c.counts == nil {
-		t.c.counts = map[string]int{}
+	t.c.add(describe(r))
+	resp, err := t.rt.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusConflict {
+		t.c.add("409")
 	}
-	t.c.counts[describe(r)]++
-	t.c.mu.Unlock()
-	return t.rt.RoundTrip(r)
+	return resp, err
+}
+
+func (c *requestCounter) add(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = map[string]int{}
+	}
+	c.counts[what]++
 }
 
 // WrappedRoundTripper lets client-go reach the transport beneath, to close its idle
@@ -348,6 +356,9 @@ func (c *requestCounter) count(what string) int {
 	defer c.mu.Unlock()
 	return c.counts[what]
 }
+
+// conflicts counts the agent's requests the API server answered 409.
+func (c *requestCounter) conflicts() int { return c.count("409") }
 
 // writesTo counts the agent's writes of the node report in ns: creates, updates and
 // deletes.
