@@ -143,10 +143,10 @@ func (d *deriver) linesOn(ctx context.Context, node, pod string, reports *podRep
 	return found, nil
 }
 
-// firstOfEachName returns entries with every entry whose name an earlier one has left
-// out: a node report's lists are atomic (docs/design.md §9), so the API server does not
-// keep their keys unique, and an agent that repeats a pod or a breaker must not make it
-// count twice. The agent never does; entries is returned as it is then.
+// firstOfEachName returns entries without the entries whose name an earlier one already
+// has: a node report's lists are atomic (docs/design.md §9), so the API server does not
+// keep their keys unique, and an agent that repeats a breaker must not make it count
+// twice. The agent never does, and entries is then returned as it is.
 func firstOfEachName(entries []resiliencev1alpha1.BreakerReportEntry) []resiliencev1alpha1.BreakerReportEntry {
 	for i := 1; i < len(entries); i++ {
 		if slices.ContainsFunc(entries[:i], func(e resiliencev1alpha1.BreakerReportEntry) bool { return e.Name == entries[i].Name }) {

@@ -68,10 +68,11 @@ func (c change) merge(o change) change {
 // due is when a report whose pending changes are c, last written at lastWrite, and not to
 // be retried before retryAt, may be written.
 func (p pacing) due(c change, lastWrite, retryAt time.Time) time.Time {
-	at := c.since.Add(p.gather)
+	wait := p.gather
 	if !c.urgent {
-		at = c.since.Add(p.hold)
+		wait = p.hold
 	}
+	at := c.since.Add(wait)
 	if next := lastWrite.Add(p.interval); !lastWrite.IsZero() && next.After(at) {
 		at = next
 	}
