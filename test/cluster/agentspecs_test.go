@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,9 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,14 +116,19 @@ func nodeAgentSpecs() {
 		agent := agents[own]
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: agentServiceAccount}}
 		asAgent := asToken(token(ctx, sa, &agent))
-		label := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e.fusebox.dev/touched-by":"`+agent.Name+`"}}}`))
+		// Written as the agent writes: an update of the object as read.
+		touched := func(ctx context.Context, node string) *resiliencev1alpha1.NodeBreakerReport {
+			rep, err := nodeReport(ctx, agentNamespace, node)
+			Expect(err).NotTo(HaveOccurred())
+			rep.Labels = map[string]string{"e2e.fusebox.dev/touched-by": agent.Name}
+			return rep
+		}
 
 		// Its own node's report it may write (a dry run: the agent owns what it holds).
-		mine := &resiliencev1alpha1.NodeBreakerReport{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: own}}
-		Expect(asAgent.Patch(ctx, mine, label, client.DryRunAll)).To(Succeed(), "node %s's agent token could not write its own node's report", own)
+		Expect(asAgent.Update(ctx, touched(ctx, own), client.DryRunAll)).To(Succeed(), "node %s's agent token could not write its own node's report", own)
 
-		theirs := &resiliencev1alpha1.NodeBreakerReport{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: other}}
-		err := asAgent.Patch(ctx, theirs, label)
+		theirs := touched(ctx, other)
+		err := asAgent.Update(ctx, theirs)
 		Expect(err).To(HaveOccurred(), "node %s's agent token wrote node %s's report", own, other)
 		Expect(isForbidden(err)).To(BeTrue(), "refused, but not as forbidden: %v", err)
 		Expect(err.Error()).To(ContainSubstring("the agent of node " + own + " may write only the NodeBreakerReport of that node"))
@@ -156,37 +160,28 @@ func nodeAgentSpecs() {
 		Expect(line).NotTo(BeNil(), "node 2's report has no line of %s", stranger.Name)
 		entry := entryNamed(line.Breakers, exampleBreaker).DeepCopy()
 		entry.State, entry.Reason, entry.Since = resiliencev1alpha1.StateOpen, "Tripped", metav1.NewTime(time.Now().Truncate(time.Second))
-		mine, err := nodeReport(ctx, agentNamespace, own)
-		Expect(err).NotTo(HaveOccurred())
 		forgedLine := resiliencev1alpha1.NodePodReport{Name: stranger.Name, UID: stranger.UID, Breakers: []resiliencev1alpha1.BreakerReportEntry{*entry}}
 
-		// Applied under a field manager of the spec's own, so that the agent's own lines
-		// stay as they are and the forged one can be taken back alone.
-		const forger = "e2e-forger"
-		applyLines := func(ctx context.Context, lines ...resiliencev1alpha1.NodePodReport) error {
-			obj := &resiliencev1alpha1.NodeBreakerReport{
-				TypeMeta:   metav1.TypeMeta{APIVersion: resiliencev1alpha1.GroupVersion.String(), Kind: "NodeBreakerReport"},
-				ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: own, OwnerReferences: mine.OwnerReferences},
-				NodeName:   own,
-				Pods:       lines,
-			}
-			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-			if err != nil {
-				return err
-			}
-			u := &unstructured.Unstructured{Object: m}
-			unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-			if len(lines) == 0 {
-				u.Object["pods"] = []any{}
-			}
-			// Not forced: the name, node and owner it applies are the agent's own values,
-			// which both managers then share.
-			return asAgent.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(forger))
+		// Written as the agent writes, an update of the object as read: the agent's own
+		// lines and the forged one (with it, without it), again on a conflict with the
+		// agent's own writes. The lists are atomic: the whole of pods is written.
+		writeLines := func(ctx context.Context, forged bool) error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				rep, err := nodeReport(ctx, agentNamespace, own)
+				if err != nil {
+					return err
+				}
+				rep.Pods = slices.DeleteFunc(rep.Pods, func(p resiliencev1alpha1.NodePodReport) bool { return p.UID == stranger.UID })
+				if forged {
+					rep.Pods = append(rep.Pods, forgedLine)
+				}
+				return asAgent.Update(ctx, rep)
+			})
 		}
 		since := time.Now().Add(-time.Second)
-		Expect(applyLines(ctx, forgedLine)).To(Succeed(), "node 1's agent token may write node 1's report, whatever pods it names (the operator judges them)")
+		Expect(writeLines(ctx, true)).To(Succeed(), "node 1's agent token may write node 1's report, whatever pods it names (the operator judges them)")
 		DeferCleanup(func(ctx SpecContext) {
-			Expect(applyLines(ctx)).To(Succeed(), "take the forged line back")
+			Expect(writeLines(ctx, false)).To(Succeed(), "take the forged line back")
 			rep, err := nodeReport(ctx, agentNamespace, own)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(lineOf(rep, &stranger)).To(BeNil(), "the forged line is still on node %s's report", own)
