@@ -19,12 +19,22 @@ unexport GOWORK
 .SHELLFLAGS = -ec
 
 LOCALBIN ?= $(shell pwd)/bin
-CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
-KUSTOMIZE ?= $(LOCALBIN)/kustomize
+# The tools below are built from their Go modules once per version, into a cache shared
+# by every checkout (hack/gotool.sh), as hack/envtest.sh caches the control plane: a
+# fresh clone builds none of them again.
+TOOLS_CACHE ?= $(or $(XDG_DATA_HOME),$(HOME)/.local/share)/fusebox-tools/$(shell go env GOOS)-$(shell go env GOARCH)
+# TypeScript's compiler and Node's types for `make typecheck-clients`, from the npm registry,
+# pinned, installed once per version into the same cache (never globally).
+TYPESCRIPT_VERSION ?= 5.9.3
+TYPES_NODE_VERSION ?= 20.19.9
+TSC_DIR ?= $(TOOLS_CACHE)/typescript-$(TYPESCRIPT_VERSION)-node-$(TYPES_NODE_VERSION)
+TSC ?= $(TSC_DIR)/node_modules/.bin/tsc
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.2
-GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 GOLANGCI_LINT_VERSION ?= v2.15.0
+CONTROLLER_GEN ?= $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+KUSTOMIZE ?= $(TOOLS_CACHE)/kustomize-$(KUSTOMIZE_VERSION)
+GOLANGCI_LINT ?= $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM ?= $(LOCALBIN)/helm
 # The Helm SDK version hack/helm renders and tests the chart with: one version, read from there.
 HELM_VERSION ?= $(shell cd hack/helm && GOWORK=off go list -m -f '{{.Version}}' helm.sh/helm/v3)
@@ -37,10 +47,15 @@ SAMPLE_WORKLOAD ?= true
 
 GO_TEST_FLAGS ?= -race
 
-# Every module of the workspace (go.work): the operator, the breaker library and its
-# adapters, bench. `go test ./...` stays inside one module, so the targets below name
-# each module's directory. hack/tools is not in the workspace (go.work says why).
-MODULE_DIRS := $(shell go list -m -f '{{.Dir}}')
+# Every module of the workspace (go.work) but hack/tools: the operator, the breaker
+# library and its adapters, bench. `go test ./...` stays inside one module, so the
+# targets below name each module's directory. hack/tools holds only the Kubernetes
+# commands hack/ builds (go.work says why it is in the workspace).
+MODULE_DIRS := $(filter-out $(CURDIR)/hack/tools,$(shell go list -m -f '{{.Dir}}'))
+# go vet and golangci-lint compile with the flags of the images and of the cluster's
+# binaries (hack/cluster/build.sh), whose compiled packages they then reuse; the tests
+# compile with -race, which needs cgo.
+SHARED_BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-trimpath
 MODULE_PKGS = $(patsubst $(CURDIR)%,.%/...,$(MODULE_DIRS))
 
 .PHONY: all
@@ -56,11 +71,15 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from the Go markers.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:allowDangerousTypes=true webhook paths="./api/...;./internal/...;./pkg/webhook/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:allowDangerousTypes=true webhook paths="./api/...;./internal/...;./pkg/webhook/..." output:crd:artifacts:config="$$tmp/crd" output:rbac:artifacts:config="$$tmp/rbac" output:webhook:artifacts:config="$$tmp/webhook" && \
+	hack/sync-generated.sh "$$tmp/crd" config/crd/bases "$$tmp/rbac" config/rbac "$$tmp/webhook" config/webhook
 
 .PHONY: generate
 generate: controller-gen ## Generate the DeepCopy methods of the API types.
-	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..." output:object:dir="$$tmp" && \
+	hack/sync-generated.sh "$$tmp" api/v1alpha1
 
 .PHONY: fmt
 fmt: ## Fail if any Go file is not gofmt'ed.
@@ -68,8 +87,7 @@ fmt: ## Fail if any Go file is not gofmt'ed.
 
 .PHONY: vet
 vet: ## Run go vet on every module.
-	go vet $(MODULE_PKGS)
-	cd hack/tools && GOWORK=off go vet ./...
+	$(SHARED_BUILD_ENV) go vet $(MODULE_PKGS)
 	cd hack/image && GOWORK=off go vet ./...
 	cd hack/helm && GOWORK=off go vet ./...
 	cd test/cluster && GOWORK=off go vet ./...
@@ -80,7 +98,7 @@ tidy: ## Run go mod tidy in every module (hack/tidy.sh: the unpublished sibling 
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint (.golangci.yml) on every module of the workspace and on hack/image and hack/helm.
-	@set -e; for dir in $(filter-out $(CURDIR)/bench,$(MODULE_DIRS)); do echo "golangci-lint: $${dir#$(CURDIR)/}"; (cd $$dir && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...); done
+	@set -e; for dir in $(filter-out $(CURDIR)/bench,$(MODULE_DIRS)); do echo "golangci-lint: $${dir#$(CURDIR)/}"; (cd $$dir && $(SHARED_BUILD_ENV) $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...); done
 	cd hack/image && GOWORK=off $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
 	cd hack/helm && GOWORK=off $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
 	cd test/cluster && GOWORK=off $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
@@ -98,6 +116,12 @@ $(LOCALBIN)/kubectl: hack/tools/go.mod hack/kubectl.sh | $(LOCALBIN)
 test: manifests generate fmt vet envtest kustomize ## Run every test of every module (envtest suites, unit tests, -race).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" KUSTOMIZE="$(KUSTOMIZE)" go test $(GO_TEST_FLAGS) $(MODULE_PKGS) -count=1
 
+.PHONY: typecheck-clients
+typecheck-clients: $(TSC) ## Check the types the clients promise: mypy on Python's (py.typed), tsc on Node's .d.ts, PHP's typed signatures.
+	cd clients/python && /usr/bin/python3 -m mypy --strict src
+	$(TSC) -p clients/node --typeRoots $(TSC_DIR)/node_modules/@types
+	php clients/php/tests/typecheck.php
+
 .PHONY: test-release
 test-release: envtest kustomize ## Test what ships: the image (build, push, pull, run, rebuild: same digest), the chart, the install on envtest.
 	cd hack/image && GOWORK=off go test -count=1 -timeout 30m ./...
@@ -105,7 +129,7 @@ test-release: envtest kustomize ## Test what ships: the image (build, push, pull
 
 .PHONY: test-cluster
 test-cluster: ## Run test/cluster on a real two-node cluster (CLUSTER_NODES=1: one): build the images, up, load, install with Helm, run, down, check the host (docs/cluster.md).
-	test/cluster/run.sh
+	test/cluster/run.sh $(CLUSTER_FLAGS)
 
 .PHONY: bench
 bench: ## Run the library benchmarks against other Go breakers (see docs/benchmarks.md).
@@ -128,20 +152,23 @@ bench-cluster: envtest ## Measure config and verdict propagation with 20 instanc
 # separate process on envtest. FLEET_NODES=M binds the pods to M nodes and wires
 # them to M node agents (internal/nodeagent) under node-bound identities, in
 # node host processes (FLEET_NODE_HOSTS, default one per 2,000 pods); unset, every
-# pod writes its own BreakerReport. See test/fleet for the other FLEET_* knobs
+# pod writes its own BreakerReport. FLEET_HOLLOW=true runs the M nodes as hollow
+# agents fed synthetic pod reports (nodeagent.NewHollow), for more pods than run
+# here. See test/fleet for the other FLEET_* knobs
 # (FLEET_CYCLES, FLEET_SPEC_SAMPLES, FLEET_BREAKERS, FLEET_WAIT_CAP,
 # FLEET_SETTLE_CAP, FLEET_STEADY, FLEET_MANAGER_LOG, FLEET_SCENARIOS, FLEET_PROFILE,
 # FLEET_RESTART_BREAKERS, FLEET_RESTART_NAMESPACES), which it passes on.
 FLEET_PODS ?= 500
 FLEET_NODES ?=
 FLEET_NODE_HOSTS ?=
+FLEET_HOLLOW ?=
 FLEET_CLUSTER_PODS ?= 10000
 FLEET_OUT ?=
 
 .PHONY: bench-fleet
-bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, default 500), on M node agents with FLEET_NODES, and the real manager on envtest; table to FLEET_OUT.
+bench-fleet: envtest | $(LOCALBIN) ## Fleet loop at scale: N pods (FLEET_PODS, default 500), on M node agents with FLEET_NODES (hollow with FLEET_HOLLOW=true), and the real manager on envtest; table to FLEET_OUT.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
-	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_NODES="$(FLEET_NODES)" FLEET_NODE_HOSTS="$(FLEET_NODE_HOSTS)" FLEET_CLUSTER_PODS="$(FLEET_CLUSTER_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
+	FLEET_BENCH=1 FLEET_PODS="$(FLEET_PODS)" FLEET_NODES="$(FLEET_NODES)" FLEET_NODE_HOSTS="$(FLEET_NODE_HOSTS)" FLEET_HOLLOW="$(FLEET_HOLLOW)" FLEET_CLUSTER_PODS="$(FLEET_CLUSTER_PODS)" FLEET_OUT="$(abspath $(FLEET_OUT))" FLEET_MANAGER="$(LOCALBIN)/manager" \
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -run '^TestFleet$$' -v -count=1 -timeout 3h ./test/fleet
 
 ##@ Build
@@ -245,22 +272,28 @@ deploy: manifests deploy-manifests ## Deploy the operator and the node agent to 
 undeploy: kustomize ## Remove the operator from the cluster.
 	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
 
-##@ Tools (built from Go modules into bin/)
+##@ Tools (built from Go modules, once per version, into TOOLS_CACHE)
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
 
 .PHONY: controller-gen
-controller-gen: $(CONTROLLER_GEN)
-$(CONTROLLER_GEN): | $(LOCALBIN)
-	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+$(TSC):
+	npm install --no-save --prefix $(TSC_DIR) typescript@$(TYPESCRIPT_VERSION) @types/node@$(TYPES_NODE_VERSION)
+
+controller-gen: $(CONTROLLER_GEN) | $(LOCALBIN) ## bin/controller-gen links to the cached binary, for the commands run by hand.
+	@ln -sfn $(CONTROLLER_GEN) $(LOCALBIN)/controller-gen
+$(CONTROLLER_GEN):
+	hack/gotool.sh $@ sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 
 .PHONY: kustomize
-kustomize: $(KUSTOMIZE)
-$(KUSTOMIZE): | $(LOCALBIN)
-	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+kustomize: $(KUSTOMIZE) | $(LOCALBIN) ## bin/kustomize links to the cached binary, for the commands run by hand.
+	@ln -sfn $(KUSTOMIZE) $(LOCALBIN)/kustomize
+$(KUSTOMIZE):
+	hack/gotool.sh $@ sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 
 .PHONY: golangci-lint
-golangci-lint: $(GOLANGCI_LINT)
-$(GOLANGCI_LINT): | $(LOCALBIN)
-	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+golangci-lint: $(GOLANGCI_LINT) | $(LOCALBIN) ## bin/golangci-lint links to the cached binary, for the commands run by hand.
+	@ln -sfn $(GOLANGCI_LINT) $(LOCALBIN)/golangci-lint
+$(GOLANGCI_LINT):
+	hack/gotool.sh $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

@@ -10,8 +10,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${here}/lib/gobuild.sh"
 out="$(realpath -m "${1:-${here}/../bin/kubectl}")"
 tools="${here}/tools"
-# As in hack/envtest.sh: hack/tools is built with the versions kubernetes pins.
-export GOWORK=off CGO_ENABLED=0
+# As in hack/envtest.sh: in the workspace (go.work), without cgo.
+unset GOWORK
+export CGO_ENABLED=0
 
 k8s_version="$(cd "${tools}" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 k8s_version="${k8s_version#v}"

@@ -26,7 +26,7 @@ const (
 	// AnnotationSidecar on a Pod asks the pod-injection webhook for the fuseboxd
 	// decision sidecar, when its value is "true".
 	AnnotationSidecar = "fusebox.dev/sidecar"
-	// AnnotationNodeAgent on a Pod wires it to its node's agent (fuseboxd --node)
+	// AnnotationNodeAgent on a Pod wires it to its node's agent (fuseboxd node)
 	// when "true": the pod then reads its config from the agent and reports
 	// through it, instead of mounting the ConfigMap and writing its own
 	// BreakerReport. "false" keeps a pod of a namespace labelled LabelNodeAgent

@@ -75,6 +75,32 @@ type BreakerReportEntry struct {
 	// +kubebuilder:validation:Maximum=1000000000000
 	Throttled *int64 `json:"throttled,omitempty"`
 
+	// inFlightPeak is the most calls the pod had in flight through this breaker at once
+	// over its window; written, with limited and baseline, only for a breaker with
+	// spec.concurrency (docs/design.md §12), and, like the traffic counts, at most once a
+	// window unless something else changes. At most 1,000,000, the bound of
+	// spec.concurrency.maxInFlight: no pod's share passes it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	InFlightPeak *int64 `json:"inFlightPeak,omitempty"`
+
+	// limited is the calls of the window the pod refused for being over its limit.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000000
+	Limited *int64 `json:"limited,omitempty"`
+
+	// baseline is the pod's baseline latency of the breaker's calls, with
+	// spec.concurrency.adaptive: the long-window latency its limiter compares the recent
+	// one with. The operator publishes the median pod's to the fleet. A Go duration of at
+	// most 1h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) <= duration('1h')`,message="must be a duration of at most 1h, such as 12ms"
+	Baseline *metav1.Duration `json:"baseline,omitempty"`
+
 	// candidate is the pod's shadow judgement of the breaker's spec.candidate,
 	// written while the configuration the pod runs has one.
 	// +optional

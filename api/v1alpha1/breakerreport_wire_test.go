@@ -22,6 +22,7 @@ func TestReportEntryIsTheAPIType(t *testing.T) {
 		Reason: breakerconfig.ReasonProbeFailed, Calls: &calls, FailureRatePercent: &rate,
 		ConfigGeneration: 3, ConfigError: "openTimeout: must be positive",
 		Requests: ptr(int64(900)), Accepts: ptr(int64(400)), Retries: ptr(int64(80)), Throttled: ptr(int64(100)),
+		InFlightPeak: ptr(int64(37)), Limited: ptr(int64(12)), Baseline: ptr(breakerconfig.Duration(12500 * time.Microsecond)),
 		Candidate: &breakerconfig.CandidateEntry{
 			State: breakerconfig.StateHalfOpen, Since: breakerconfig.NewTime(since.Add(-time.Minute)), Opens: 2, WouldRefuse: 310,
 			StartTime: ptr(breakerconfig.NewTime(since.Add(-time.Hour))), TimeOpen: ptr(breakerconfig.Duration(75 * time.Second)),

@@ -224,36 +224,3 @@ type CandidateStatus struct {
 	// +optional
 	Enforced *CandidateBaseline `json:"enforced,omitempty"`
 }
-
-// CandidateSpec returns the spec the candidate describes: s with each policy field the
-// candidate sets in place of its own, and no candidate. It is what the pods judge in
-// shadow, and what `kubectl fusebox promote` makes the spec. Without a candidate it is s
-// without one.
-func (s CircuitBreakerSpec) CandidateSpec() CircuitBreakerSpec {
-	out := *s.DeepCopy()
-	c := out.Candidate
-	out.Candidate = nil
-	if c == nil {
-		return out
-	}
-	overlay := func(dst **metav1.Duration, src *metav1.Duration) {
-		if src != nil {
-			*dst = src
-		}
-	}
-	count := func(dst **int32, src *int32) {
-		if src != nil {
-			*dst = src
-		}
-	}
-	overlay(&out.OpenTimeout, c.OpenTimeout)
-	overlay(&out.Window, c.Window)
-	count(&out.FailureRatePercent, c.FailureRatePercent)
-	count(&out.MinimumThroughput, c.MinimumThroughput)
-	count(&out.SuccessThreshold, c.SuccessThreshold)
-	count(&out.HalfOpenPermittedCalls, c.HalfOpenPermittedCalls)
-	overlay(&out.SlowCallDuration, c.SlowCallDuration)
-	count(&out.SlowCallRatePercent, c.SlowCallRatePercent)
-	overlay(&out.MaxOpenTimeout, c.MaxOpenTimeout)
-	return out
-}

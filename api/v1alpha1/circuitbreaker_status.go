@@ -28,6 +28,12 @@ type MemberStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	Pod string `json:"pod"`
 
+	// node is the node whose agent carried the pod's report; empty for a pod that writes
+	// its own BreakerReport.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+
 	// The pod's circuit, as its report said.
 	PodCircuit `json:",inline"`
 
@@ -44,8 +50,8 @@ type MemberStatus struct {
 
 // MaxGroupKeys bounds each count of the KeySummary a pod reports (a rule of
 // BreakerReport's keys, not of the type: the CircuitBreaker's status.keys holds
-// the sums, which may go higher). A Group keeps
-// DefaultMaxKeys (1024) breakers unless told otherwise, and each costs memory,
+// the sums, which may go higher). A Group (package registry) keeps 1024
+// breakers unless Group.SetMaxKeys says otherwise, and each costs memory,
 // so no real pod holds this many; and the operator's sums of open and
 // half-open keys over the pods of a fleet stay inside int32 up to 5,000 pods
 // at this bound (5,000 × 400,000 = 2·10⁹ < 2³¹−1 ≈ 2.1·10⁹).
@@ -141,6 +147,11 @@ type CircuitBreakerStatus struct {
 	// throttle, whose pods report their traffic.
 	// +optional
 	Traffic *FleetTraffic `json:"traffic,omitempty"`
+
+	// concurrency is how spec.concurrency.maxInFlight is divided among the pods and what
+	// their windows hold of it; set only for a breaker with spec.concurrency.
+	// +optional
+	Concurrency *FleetConcurrency `json:"concurrency,omitempty"`
 
 	// candidate is what the pods' shadow judgements of spec.candidate add up to,
 	// beside what the enforced policy did over the same span; set while

@@ -207,6 +207,13 @@ type CircuitBreakerSpec struct {
 	// +optional
 	Throttle *Throttle `json:"throttle,omitempty"`
 
+	// concurrency, when set, limits the calls in flight through this breaker for the
+	// whole fleet at once: the operator divides maxInFlight among the running pods that
+	// report the breaker, and each pod refuses a call over its share (after maxWait) as a
+	// short-circuit. Unset (the default): calls are not limited.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+
 	// override holds the circuit open or closed until a given time, then hands
 	// it back to mode, so a hold set during an incident cannot outlive it.
 	// Who set it is recorded in the annotation fusebox.dev/overridden-by.
@@ -269,6 +276,8 @@ const MaxOverrideDuration = 7 * 24 * time.Hour
 // +kubebuilder:printcolumn:name="Quorum",type=integer,JSONPath=`.spec.fleetQuorumPercent`,priority=10
 // +kubebuilder:printcolumn:name="Retry %",type=integer,JSONPath=`.status.traffic.retryPercent`,priority=10,description="The fleet's retries in percent of its first attempts, over the window"
 // +kubebuilder:printcolumn:name="Throttled %",type=integer,JSONPath=`.status.traffic.throttledPercent`,priority=10,description="The fleet's calls rejected by adaptive throttling, in percent of its requests, over the window"
+// +kubebuilder:printcolumn:name="In Flight",type=integer,JSONPath=`.status.concurrency.inFlight`,priority=10,description="The pods' peaks of calls in flight over their windows, added up, against spec.concurrency.maxInFlight"
+// +kubebuilder:printcolumn:name="Limited",type=integer,JSONPath=`.status.concurrency.limited`,priority=10,description="Calls the pods refused over their share of spec.concurrency.maxInFlight, over their windows"
 // +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.status.candidate.state`,priority=10,description="The state spec.candidate's policy, judged in shadow, has across the pods"
 // +kubebuilder:printcolumn:name="Override Until",type=string,JSONPath=`.spec.override.until`,priority=10,description="When spec.override ends (or ended: see Overridden)"
 type CircuitBreaker struct {

@@ -75,9 +75,10 @@ const (
 	EventMemberPruned = "MemberPruned"
 )
 
-// EventPodNotOnNode (Warning), recorded on a NodeBreakerReport: it carries lines for
-// pods that are not bound to its node (bound to another node, or to none), which count
-// for nothing. A node's agent speaks only for the pods of its node (docs/design.md §9).
+// EventPodNotOnNode (Warning), recorded on a NodeBreakerReport: it claims more pods of a
+// revision than the operator's cache has running on its node, or names notable pods that
+// are not bound to it; the entry counts for the node's own pods alone. A node's agent
+// speaks only for the pods of its node (docs/design.md §9).
 const EventPodNotOnNode = "PodNotOnNode"
 
 // Event reasons recorded on a CircuitBreaker when the state of spec.candidate, judged in

@@ -51,6 +51,9 @@ func TestDefaultMarkers(t *testing.T) {
 		{[]string{"retryBudget", "percent"}, DefaultRetryBudgetPercent},
 		{[]string{"retryBudget", "minPerSecond"}, DefaultRetryMinPerSecond},
 		{[]string{"throttle", "k"}, DefaultThrottleK},
+		{[]string{"concurrency", "maxWait"}, DefaultMaxWait.String()},
+		{[]string{"concurrency", "adaptive", "tolerance"}, DefaultAdaptiveTolerance},
+		{[]string{"concurrency", "adaptive", "minLimit"}, DefaultAdaptiveMinLimit},
 	} {
 		field := spec
 		for _, name := range tc.path {

@@ -83,17 +83,69 @@ export declare class Client extends EventEmitter {
   once(event: string | symbol, listener: (...args: any[]) => void): this;
 }
 
+/** A breaker as fuseboxd serves it (GET /v1/breakers/{name}; docs/fuseboxd.md). */
+export interface Description {
+  name: string;
+  state: State;
+  /** Enforce, MetricsOnly, ForcedOpen or ForcedClosed. */
+  mode: string;
+  counts: { calls: number; failures: number; successes: number; slow: number };
+  /** The permits clients of the sidecar hold, let lapse, and were refused at a cap. */
+  permits: { held: number; lapsed: number; refusedAtCap: number };
+  /** The policy in force, as the operator publishes it (docs/config-format.md). */
+  policy: Policy;
+  /** The generation of the published config it runs; 0 for the default policy. */
+  generation: number;
+  /** What its candidate policy did in shadow (docs/design.md §11); absent without one. */
+  candidate?: CandidateFigures;
+}
+
+/** A published policy (docs/config-format.md); durations in Go's syntax ("30s"). */
+export interface Policy {
+  name: string;
+  generation: number;
+  uid?: string;
+  openTimeout: string;
+  window: string;
+  failureRatio: number;
+  minimumThroughput: number;
+  successThreshold: number;
+  halfOpenPermittedCalls: number;
+  slowCallDuration?: string;
+  slowCallRatio?: number;
+  maxOpenTimeout?: string;
+  mode: string;
+  scope: string;
+  retryBudget?: { percent: number; minPerSecond: number };
+  throttle?: { k: number };
+  fleet?: { pods: number; requests: number; accepts: number };
+  verdict?: { state: string; since: string; consecutiveOpens?: number; openTimeout?: string };
+  candidate?: Omit<Policy, 'name' | 'generation' | 'uid' | 'mode' | 'scope' | 'retryBudget' | 'throttle' | 'fleet' | 'verdict' | 'candidate'>;
+}
+
+/** A candidate policy's figures, as a pod's report spells them. */
+export interface CandidateFigures {
+  state: string;
+  since: string;
+  opens: number;
+  wouldRefuse: number;
+  startTime?: string;
+  timeOpen?: string;
+  enforced?: { opens: number; refused: number; timeOpen?: string };
+}
+
 export declare class Breaker {
   readonly name: string;
   readonly client: Client;
-  /** The seed's call(open, close, halfOpen). */
+  /** call(open, close, halfOpen), as utopia-php/circuit-breaker has it. */
   call<T>(callbacks: Callbacks<T>): Promise<T>;
   /** A permit, or a CircuitOpen thrown. */
   acquire(options?: { leaseMs?: number }): Promise<Permit>;
   /** false when the outcome counted for nothing; never throws. */
   release(permit: Permit, outcome: Outcome | boolean): Promise<boolean>;
   state(): Promise<State>;
-  describe(): Promise<Record<string, unknown>>;
+  /** The breaker as the sidecar serves it; a SidecarUnreachable thrown when it cannot. */
+  describe(): Promise<Description>;
   trip(): Promise<void>;
 }
 
@@ -102,7 +154,7 @@ export declare class FuseboxError extends Error {}
 export declare class CircuitOpen extends FuseboxError {
   readonly breaker: string;
   readonly state: State;
-  /** fuseboxd's reason ("open", "half_open_saturated", "forced_open", one for a client holding too many permits, ...), "unknown" when it gave none, or "unreachable". */
+  /** fuseboxd's reason ("open", "half_open_saturated", "forced_open", "concurrency" for a concurrency limit reached, with the circuit closed, one for a client holding too many permits, ...), "unknown" when it gave none, or "unreachable". */
   readonly reason: string;
   readonly retryAfterMs: number;
 }

@@ -99,7 +99,7 @@ func TestALeakingWorkerHoldsOnlyItsCap(t *testing.T) {
 // (attack "connections held").
 func TestLimitFlags(t *testing.T) {
 	for _, args := range [][]string{{"--max-connections", "0"}, {"--max-permits-per-client", "-1"}, {"--request-timeout", "0s"}, {"--idle-timeout", "-1s"}} {
-		out, err := exec.Command(fuseboxdBin, append([]string{"--socket", filepath.Join(t.TempDir(), "s"), "--config-dir", t.TempDir()}, args...)...).CombinedOutput()
+		out, err := exec.Command(fuseboxdBin, append([]string{"serve", "--socket", filepath.Join(t.TempDir(), "s"), "--config-dir", t.TempDir()}, args...)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), args[0]+" "+args[1]+": must be") {
 			t.Errorf("%v: %v %s, want a refusal naming the flag", args, err, out)
 		}

@@ -102,13 +102,13 @@ func startBenchDaemon(b *testing.B, dir string) *exec.Cmd {
 		b.Fatal(err)
 	}
 	sock := filepath.Join(dir, "fusebox.sock")
-	cmd := exec.Command(fuseboxdBin, "--socket", sock, "--config-dir", filepath.Join(dir, "config"))
+	cmd := exec.Command(fuseboxdBin, "serve", "--socket", sock, "--config-dir", filepath.Join(dir, "config"))
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	deadline := time.Now().Add(30 * time.Second)
-	for exec.Command(fuseboxdBin, "--probe", "--socket", sock).Run() != nil {
+	for exec.Command(fuseboxdBin, "probe", "--socket", sock).Run() != nil {
 		if time.Now().After(deadline) {
 			b.Fatal("fuseboxd not ready within 30s")
 		}

@@ -12,7 +12,9 @@ import (
 // The clients of other languages (clients/*) are tested by their own runners against
 // this package's built fuseboxd, which each suite starts as often as it needs (FUSEBOXD
 // names the binary): real daemons for the state machine and the hung sidecar, a lying
-// socket server of the suite's own for the malformed answers.
+// socket server of the suite's own for the malformed answers. Each suite's daemons are on
+// sockets of its own temporary directory, so the suites run in parallel: most of their
+// time is spent starting interpreters and daemons, not on the CPU.
 
 // skipWithout skips the test saying what to install, or fails it under CI, where
 // .ci/run installs it.
@@ -71,6 +73,7 @@ func lastLine(s string) string {
 
 // TestPythonClient runs clients/python's pytest suite.
 func TestPythonClient(t *testing.T) {
+	t.Parallel()
 	python, err := findPython(true)
 	if err != nil {
 		skipWithout(t, err.Error())
@@ -81,6 +84,7 @@ func TestPythonClient(t *testing.T) {
 // TestNodeClient runs clients/node's node:test suite. The files are named, not globbed,
 // so that the command means the same to Node 18's runner as to later ones.
 func TestNodeClient(t *testing.T) {
+	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		skipWithout(t, "node not found: apt-get install nodejs")

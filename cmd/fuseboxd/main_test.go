@@ -15,9 +15,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/internal/testbin"
 )
 
-// fuseboxdBin is the binary built once for every test of this package.
+// fuseboxdBin is the binary built once for every test of this package (and for the other
+// suites that run it: internal/testbin).
 var fuseboxdBin string
 
 func TestMain(m *testing.M) {
@@ -25,19 +28,12 @@ func TestMain(m *testing.M) {
 		acquireOnce(sock)
 		return
 	}
-	dir, err := os.MkdirTemp("", "fuseboxd-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	var err error
+	if fuseboxdBin, err = testbin.Path(testbin.Fuseboxd); err != nil {
+		fmt.Fprintf(os.Stderr, "building fuseboxd: %v\n", err)
 		os.Exit(1)
 	}
-	fuseboxdBin = filepath.Join(dir, "fuseboxd")
-	if out, err := exec.Command("go", "build", "-o", fuseboxdBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building fuseboxd: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // runningDaemon is the built fuseboxd running with --config-dir on a temporary socket.
@@ -77,7 +73,7 @@ func startBinaryOn(t *testing.T, sock string, configs map[string]string, args ..
 			t.Fatal(err)
 		}
 	}
-	d.cmd = exec.Command(fuseboxdBin, append([]string{"--socket", d.sock, "--config-dir", d.dir}, args...)...)
+	d.cmd = exec.Command(fuseboxdBin, append([]string{"serve", "--socket", d.sock, "--config-dir", d.dir}, args...)...)
 	d.cmd.Stderr = &testWriter{t: t}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -180,7 +176,7 @@ func TestBinary(t *testing.T) {
 // fuseboxd: --listen").
 func TestListenRefusesNonLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "localhost:0", "10.0.0.1:8089"} {
-		out, err := exec.Command(fuseboxdBin, "--socket", filepath.Join(t.TempDir(), "s"), "--config-dir", t.TempDir(), "--listen", addr).CombinedOutput()
+		out, err := exec.Command(fuseboxdBin, "serve", "--socket", filepath.Join(t.TempDir(), "s"), "--config-dir", t.TempDir(), "--listen", addr).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "only a loopback IP address") {
 			t.Errorf("--listen %s: %v %s, want a refusal", addr, err, out)
 		}
@@ -196,11 +192,11 @@ func TestListenRefusesNonLoopback(t *testing.T) {
 // socket, when none does.
 func TestProbe(t *testing.T) {
 	d := startBinary(t, nil)
-	if out, err := exec.Command(fuseboxdBin, "--probe", "--socket", d.sock).CombinedOutput(); err != nil {
+	if out, err := exec.Command(fuseboxdBin, "probe", "--socket", d.sock).CombinedOutput(); err != nil {
 		t.Fatalf("probe of a serving daemon: %v\n%s", err, out)
 	}
 	missing := filepath.Join(t.TempDir(), "none.sock")
-	out, err := exec.Command(fuseboxdBin, "--probe", "--socket", missing).CombinedOutput()
+	out, err := exec.Command(fuseboxdBin, "probe", "--socket", missing).CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("probe of no daemon: %v, want exit status 1\n%s", err, out)

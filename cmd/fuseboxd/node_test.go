@@ -35,12 +35,13 @@ import (
 )
 
 // TestNodeModeCarriesTheSidecar: the built binary in both of its cluster roles, on a real
-// API server (envtest). `fuseboxd --node` serves the node; a per-pod `fuseboxd` with
+// API server (envtest). `fuseboxd node` serves the node; a per-pod `fuseboxd serve` with
 // FUSEBOX_NODE_AGENT set, and no API access at all (no in-cluster config, no downward
 // API variables), takes its breakers' config from it through kube.OptionsFromEnvironment
 // and reports through it: a trip over the socket lands in the node's NodeBreakerReport.
-// On SIGTERM the agent exits 0.
+// On SIGTERM each exits 0: the sidecar first, as its pod goes before its node's agent.
 func TestNodeModeCarriesTheSidecar(t *testing.T) {
+	t.Parallel()
 	env, err := testenv.New("../..")
 	if err != nil {
 		t.Fatalf("envtest control plane: %v (run `make envtest` or hack/envtest.sh)", err)
@@ -75,9 +76,9 @@ func TestNodeModeCarriesTheSidecar(t *testing.T) {
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	must(t, clientcmd.WriteToFile(agentKubeconfig(cfg, node), kubeconfig))
-	addr := freeLoopback(t)
+	addr, metricsAddr := freeLoopback(t), freeLoopback(t)
 	agent := startProcess(t, "agent", []string{"NODE_NAME=" + node.Name},
-		"--node", "--node-listen", addr, "--kubeconfig", kubeconfig, "--shutdown-grace", "5s")
+		"node", "--listen", addr, "--kubeconfig", kubeconfig, "--shutdown-grace", "5s", "--metrics-bind-address", metricsAddr)
 	testutil.Eventually(t, 30*time.Second, "the agent ready", func() error {
 		resp, err := http.Get("http://" + addr + breakerconfig.AgentReadyPath)
 		if err != nil {
@@ -99,8 +100,8 @@ func TestNodeModeCarriesTheSidecar(t *testing.T) {
 	tokenFile := filepath.Join(dir, "token")
 	must(t, os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600))
 	sock := filepath.Join(dir, "fusebox.sock")
-	startProcess(t, "sidecar", []string{breakerconfig.EnvNodeAgent + "=http://" + addr, breakerconfig.EnvNodeAgentToken + "=" + tokenFile},
-		"--socket", sock)
+	sidecar := startProcess(t, "sidecar", []string{breakerconfig.EnvNodeAgent + "=http://" + addr, breakerconfig.EnvNodeAgentToken + "=" + tokenFile},
+		"serve", "--socket", sock)
 	side := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -129,24 +130,49 @@ func TestNodeModeCarriesTheSidecar(t *testing.T) {
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: node.Name}, &r); err != nil {
 			return err
 		}
-		for _, p := range r.Pods {
-			for _, e := range p.Breakers {
-				if p.UID == pod.UID && e.Name == "payments" && e.State == resiliencev1alpha1.StateOpen && e.Reason == breakerconfig.ReasonManual {
-					return nil
-				}
+		for _, e := range r.Breakers {
+			if e.Name == "payments" && e.Pods == 1 && e.EarnedOpen == 1 && len(e.Notable) == 1 && e.Notable[0].UID == pod.UID && e.Notable[0].Reason == breakerconfig.ReasonManual {
+				return nil
 			}
 		}
-		return fmt.Errorf("pods %+v", r.Pods)
+		return fmt.Errorf("entries %+v", r.Breakers)
 	})
 
-	must(t, agent.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-agent.exited:
+	// The agent's metrics, on --metrics-bind-address.
+	testutil.Eventually(t, 30*time.Second, "the agent's metrics", func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
 		if err != nil {
-			t.Errorf("the agent after SIGTERM: %v", err)
+			return err
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{"fusebox_node_agent_pods_reporting 1", "fusebox_node_agent_report_objects 1", `fusebox_node_agent_report_writes_total{result="success"}`, "fusebox_node_agent_config_streams 1"} {
+			if !strings.Contains(string(raw), want) {
+				return fmt.Errorf("no %q in\n%s", want, raw)
+			}
+		}
+		return nil
+	})
+
+	// The sidecar's report is written (the trip is in the node's report), so it exits
+	// without waiting out its grace period for a write; had the agent gone first, it would
+	// wait the whole of it for an agent that no longer answers.
+	stopProcess(t, "the sidecar", sidecar)
+	stopProcess(t, "the agent", agent)
+}
+
+// stopProcess sends p SIGTERM and fails the test unless it exits 0. The bound only keeps a
+// hung process from hanging the test: both shut down within their grace period (5 s).
+func stopProcess(t *testing.T, name string, p *process) {
+	t.Helper()
+	must(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			t.Errorf("%s after SIGTERM: %v", name, p.err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Error("the agent did not exit within 20s of SIGTERM")
+		t.Errorf("%s did not exit within 20s of SIGTERM", name)
 	}
 }
 
@@ -174,8 +200,13 @@ func agentKubeconfig(cfg *rest.Config, node *corev1.Node) clientcmdapi.Config {
 
 // process is the built binary running under a test.
 type process struct {
-	cmd    *exec.Cmd
-	exited chan error
+	cmd *exec.Cmd
+	// exited is closed once the process has exited, with what Wait returned in err: a
+	// channel that is closed, not sent on, so that the test and its cleanup can both wait
+	// for it (the cleanup of a process the test had stopped used to wait 10 s for a value
+	// the test had already taken).
+	exited chan struct{}
+	err    error
 }
 
 // startProcess runs the binary with args and, of the environment, only what a container
@@ -191,8 +222,8 @@ func startProcess(t *testing.T, name string, env []string, args ...string) *proc
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = &testWriter{t: t}
 	must(t, cmd.Start())
-	p := &process{cmd: cmd, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {

@@ -29,6 +29,7 @@ func needPHP(t *testing.T) (php, phpunit string) {
 // TestPHPClient runs the PHP client's PHPUnit suite (clients/php) against the built
 // fuseboxd, which the suite starts itself (FUSEBOXD), as often as it needs.
 func TestPHPClient(t *testing.T) {
+	t.Parallel()
 	_, phpunit := needPHP(t)
 	runSuite(t, "php", phpunit, "-c", filepath.Join("phpunit.xml"))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,8 +13,17 @@ import (
 // probeTimeout bounds one probe: the daemon answers /healthz from memory, in microseconds.
 const probeTimeout = time.Second
 
+// runProbe is `fuseboxd probe`.
+func runProbe(args []string) error {
+	socket := defaultSocket
+	parse("probe", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&socket, "socket", defaultSocket, "the Unix socket `fuseboxd serve` serves on")
+	})
+	return probe(socket)
+}
+
 // probe asks the daemon serving on socket whether it serves (GET /healthz), and returns
-// nil if it answers 200. `fuseboxd --probe` runs it, as the startup probe the pod webhook
+// nil if it answers 200. `fuseboxd probe` runs it, as the startup probe the pod webhook
 // gives the injected sidecar: the kubelet starts the pod's other containers only once it
 // succeeds, so no worker starts before the socket answers.
 func probe(socket string) error {

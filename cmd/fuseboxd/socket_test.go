@@ -27,7 +27,7 @@ func TestASecondDaemonIsRefused(t *testing.T) {
 	// Bounded, for the daemon that does start (and would serve until stopped).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	second := exec.CommandContext(ctx, fuseboxdBin, "--socket", first.sock, "--config-dir", first.dir)
+	second := exec.CommandContext(ctx, fuseboxdBin, "serve", "--socket", first.sock, "--config-dir", first.dir)
 	out, err := second.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the second daemon ran on the live socket until killed:\n%s", out)

@@ -1,5 +1,5 @@
 // Command kubectl-fusebox is the kubectl plugin for Fusebox: with the binary
-// on PATH, `kubectl fusebox status|open|close|release|watch|dashboard|gate`
+// on PATH, `kubectl fusebox status|open|close|release|watch|dashboard|gate|pods`
 // shows and overrides CircuitBreakers and judges rollouts by them, taking every
 // kubectl connection flag (--kubeconfig, --context, -n, -A, ...).
 package main

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/examples/internal/narrate"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/httpbreaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
@@ -54,9 +55,10 @@ func run(ctx context.Context, out io.Writer) error {
 	policy.MinimumThroughput = 4
 	policy.SuccessThreshold = 2
 	var entered [3]int // transitions into each state, so that the story can wait for one
-	story := &narrator{out: out}
-	b, err := breaker.New("users-api", policy, breaker.WithObserver(printTransitions(story, func(t observe.Transition) {
-		entered[t.To]++
+	story := narrate.New(out)
+	b, err := breaker.New("users-api", policy, breaker.WithObserver(story.Observer(narrate.Circuit{
+		Failed: "%d of the last %d calls failed",
+		Seen:   func(t observe.Transition) { entered[t.To]++ },
 	})))
 	if err != nil {
 		return err
@@ -78,7 +80,7 @@ func run(ctx context.Context, out io.Writer) error {
 		default:
 			fmt.Fprintf(out, "  user %s: %s\n", id, u.Name)
 		}
-		story.callOver()
+		story.CallOver()
 	}
 	pause := func(d time.Duration) error {
 		select {
@@ -176,61 +178,6 @@ func (c *usersClient) cached(id string, cause error) (user, error, error) {
 		return user{}, nil, fmt.Errorf("unavailable, and not in the cache (%w)", cause)
 	}
 	return u, cause, nil
-}
-
-// printTransitions tells the story every change of the circuit's state, then tells seen.
-func printTransitions(story *narrator, seen func(observe.Transition)) observe.Observer {
-	return observe.ObserverFunc(func(t observe.Transition) {
-		why := ""
-		switch {
-		case t.To == breaker.Open && t.From == breaker.Closed:
-			why = fmt.Sprintf(": %d of the last %d calls failed", t.Counts.Failures, t.Counts.Calls)
-		case t.To == breaker.Open:
-			why = ": the probe failed"
-		case t.To == breaker.HalfOpen:
-			why = ": the open period is over, a probe may go through"
-		case t.To == breaker.Closed:
-			why = fmt.Sprintf(": %d probes in a row succeeded", t.Counts.Successes)
-		}
-		story.transition(t, fmt.Sprintf("circuit %s → %s%s\n", t.From, t.To, why))
-		seen(t)
-	})
-}
-
-// narrator prints the circuit's transitions where they belong in the story. The
-// breaker makes the transition a call's outcome causes when it records the outcome,
-// before the transport returns, and before the client has said what the call got:
-// printed at once, "circuit closed → open: 6 of the last 12 calls failed" would come
-// before the sixth failure. Such a transition waits until the call that caused it is
-// over. A transition to half-open happens as a call is let through, before it runs: it
-// is printed at once.
-type narrator struct {
-	mu      sync.Mutex
-	out     io.Writer
-	pending []string
-}
-
-func (n *narrator) transition(t observe.Transition, line string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.pending = append(n.pending, line)
-	if t.To == breaker.HalfOpen {
-		n.flushLocked()
-	}
-}
-
-// callOver prints the transitions the call that just ended caused.
-func (n *narrator) callOver() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.flushLocked()
-}
-
-func (n *narrator) flushLocked() {
-	for _, line := range n.pending {
-		_, _ = io.WriteString(n.out, line)
-	}
-	n.pending = n.pending[:0]
 }
 
 // usersAPI is the local API the example calls. It knows users 1 to 3, and answers 503 to

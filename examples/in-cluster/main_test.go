@@ -113,7 +113,7 @@ func TestDeployAndRun(t *testing.T) {
 	t.Cleanup(func() {
 		t.Logf("output of run:\n%s", &out)
 		if t.Failed() {
-			t.Logf("log of the kube agent:\n%s", &logs)
+			t.Logf("log of the pod's connection (pkg/breaker/kube):\n%s", &logs)
 		}
 	})
 

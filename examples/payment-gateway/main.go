@@ -28,8 +28,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fusebox-dev/fusebox/examples/internal/narrate"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/redisstore"
 )
 
@@ -47,7 +47,7 @@ func run(ctx context.Context, out io.Writer, redisAddr string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	out = &lockedWriter{w: out} // verdicts from Redis are printed from the stores' goroutines
-	story := &narrator{out: out}
+	story := narrate.New(out)
 
 	provider := newProvider()
 	defer provider.Close()
@@ -147,8 +147,12 @@ func run(ctx context.Context, out io.Writer, redisAddr string) error {
 // newBreaker returns the breaker of one gateway instance, which prints its transitions,
 // and what to call when the instance stops. With redisAddr set, its verdict is shared
 // through Redis under the key payment-provider.
-func newBreaker(ctx context.Context, instance string, p breaker.Policy, story *narrator, redisAddr string) (*breaker.Breaker, func(), error) {
-	printer := breaker.WithObserver(printTransitions(story, instance))
+func newBreaker(ctx context.Context, instance string, p breaker.Policy, story *narrate.Narrator, redisAddr string) (*breaker.Breaker, func(), error) {
+	printer := breaker.WithObserver(story.Observer(narrate.Circuit{
+		Prefix:  instance + ": ",
+		Failed:  "%d of its last %d charges failed",
+		Adopted: "another instance's verdict, through Redis",
+	}))
 	if redisAddr == "" {
 		b, err := breaker.New("payment-provider", p, printer)
 		return b, func() {}, err
@@ -188,14 +192,14 @@ type gateway struct {
 	providerURL string
 	http        *http.Client
 	book        *orderBook
-	story       *narrator
+	story       *narrate.Narrator
 }
 
 // checkout takes the payment for an order. When the provider cannot take it, because the
 // circuit is open or the charge failed, the order goes through anyway: its payment is
 // recorded as pending, for later.
 func (g *gateway) checkout(ctx context.Context, out io.Writer, id, amountCents int) error {
-	defer g.story.callOver()
+	defer g.story.CallOver()
 	charge, err := breaker.Call(ctx, g.breaker, breaker.Callbacks[string]{
 		Closed: func(ctx context.Context) (string, error) {
 			return g.charge(ctx, id, amountCents)
@@ -243,63 +247,6 @@ func (g *gateway) charge(ctx context.Context, id, amountCents int) (string, erro
 		return "", fmt.Errorf("the provider's answer: %w", err)
 	}
 	return charge.ID, nil
-}
-
-// printTransitions tells the story every change of an instance's circuit.
-func printTransitions(story *narrator, instance string) observe.Observer {
-	return observe.ObserverFunc(func(t observe.Transition) {
-		why := ""
-		switch {
-		case t.Cause == observe.CauseAdopted:
-			why = ": another instance's verdict, through Redis"
-		case t.To == breaker.Open && t.From == breaker.Closed:
-			why = fmt.Sprintf(": %d of its last %d charges failed", t.Counts.Failures, t.Counts.Calls)
-		case t.To == breaker.Open:
-			why = ": the probe failed"
-		case t.To == breaker.HalfOpen:
-			why = ": the open period is over, a probe may go through"
-		case t.To == breaker.Closed:
-			why = fmt.Sprintf(": %d probes in a row succeeded", t.Counts.Successes)
-		}
-		story.transition(t, fmt.Sprintf("%s: circuit %s → %s%s\n", instance, t.From, t.To, why))
-	})
-}
-
-// narrator prints the circuit's transitions where they belong in the story. The
-// breaker makes the transition a call's outcome causes when it records the outcome,
-// before breaker.Call returns, and before the fallback has said what the call got:
-// printed at once, "checkout-1: circuit closed → open: 2 of its last 4 charges failed" would come
-// before the second failure. Such a transition waits until the call that caused it is
-// over. A transition to half-open happens as a call is let through, before it runs: it
-// is printed at once, and so is a verdict adopted from Redis, which no call of this
-// instance caused.
-type narrator struct {
-	mu      sync.Mutex
-	out     io.Writer
-	pending []string
-}
-
-func (n *narrator) transition(t observe.Transition, line string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.pending = append(n.pending, line)
-	if t.To == breaker.HalfOpen || t.Cause == observe.CauseAdopted {
-		n.flushLocked()
-	}
-}
-
-// callOver prints the transitions the call that just ended caused.
-func (n *narrator) callOver() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.flushLocked()
-}
-
-func (n *narrator) flushLocked() {
-	for _, line := range n.pending {
-		_, _ = io.WriteString(n.out, line)
-	}
-	n.pending = n.pending[:0]
 }
 
 // order is an order whose payment is pending.

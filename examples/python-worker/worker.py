@@ -61,7 +61,7 @@ def main() -> None:
     for i in range(1, args.max_calls + 1):
         if args.stop_file and os.path.exists(args.stop_file):
             break
-        answer = breaker.call(open=fallback, close=quote)
+        answer = breaker.call(fallback=fallback, close=quote)
         print(f"worker={worker} call={i} answer={answer}", flush=True)
         time.sleep(args.interval_ms / 1000)
 

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/examples/internal/narrate"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
@@ -61,8 +62,11 @@ func run(ctx context.Context, out io.Writer) error {
 	policy.SuccessThreshold = 2
 	// entered counts the transitions into each state, so that the story can wait for one.
 	var entered [3]int
-	story := &narrator{out: out}
-	watch := printTransitions(story, func(t observe.Transition) { entered[t.To]++ })
+	story := narrate.New(out)
+	watch := story.Observer(narrate.Circuit{
+		Failed: "%d of the last %d calls failed",
+		Seen:   func(t observe.Transition) { entered[t.To]++ },
+	})
 	b, err := breaker.New("quotes", policy, breaker.WithObserver(watch))
 	if err != nil {
 		return err
@@ -99,7 +103,7 @@ func run(ctx context.Context, out io.Writer) error {
 				return cache, nil
 			},
 		})
-		story.callOver()
+		story.CallOver()
 		if err != nil {
 			return err // an error the fallback did not handle: ctx is done
 		}
@@ -158,61 +162,6 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "Done: the service saw %d calls.\n", svc.calls())
 	return nil
-}
-
-// printTransitions tells the story every change of the circuit's state, then tells seen.
-func printTransitions(story *narrator, seen func(observe.Transition)) observe.Observer {
-	return observe.ObserverFunc(func(t observe.Transition) {
-		why := ""
-		switch {
-		case t.To == breaker.Open && t.From == breaker.Closed:
-			why = fmt.Sprintf(": %d of the last %d calls failed", t.Counts.Failures, t.Counts.Calls)
-		case t.To == breaker.Open:
-			why = ": the probe failed"
-		case t.To == breaker.HalfOpen:
-			why = ": the open period is over, a probe may go through"
-		case t.To == breaker.Closed:
-			why = fmt.Sprintf(": %d probes in a row succeeded", t.Counts.Successes)
-		}
-		story.transition(t, fmt.Sprintf("circuit %s → %s%s\n", t.From, t.To, why))
-		seen(t)
-	})
-}
-
-// narrator prints the circuit's transitions where they belong in the story. The
-// breaker makes the transition a call's outcome causes when it records the outcome,
-// before breaker.Call returns, and before the fallback has said what the call got:
-// printed at once, "circuit closed → open: 4 of the last 8 calls failed" would come
-// before the fourth failure. Such a transition waits until the call that caused it is
-// over. A transition to half-open happens as a call is let through, before it runs: it
-// is printed at once.
-type narrator struct {
-	mu      sync.Mutex
-	out     io.Writer
-	pending []string
-}
-
-func (n *narrator) transition(t observe.Transition, line string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.pending = append(n.pending, line)
-	if t.To == breaker.HalfOpen {
-		n.flushLocked()
-	}
-}
-
-// callOver prints the transitions the call that just ended caused.
-func (n *narrator) callOver() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.flushLocked()
-}
-
-func (n *narrator) flushLocked() {
-	for _, line := range n.pending {
-		_, _ = io.WriteString(n.out, line)
-	}
-	n.pending = n.pending[:0]
 }
 
 // service is the local HTTP service the example calls: it answers after a delay the

@@ -3,8 +3,11 @@
 # every checkout (docs/cluster.md), and prints the directory that holds all of them:
 #
 #   kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl
-#       from k8s.io/kubernetes at hack/tools/go.mod's version, in one `go build` (the six
-#       commands share most of their packages, so one build compiles each package once);
+#       from k8s.io/kubernetes at hack/tools/go.mod's version, in the repository's
+#       workspace (go.work: the modules they share with the operator at one version), in
+#       one `go build` (the commands share most of their packages, so one build compiles
+#       each package once), into a directory named after that version and a digest of the
+#       module versions they build from;
 #   kube-apiserver, etcd
 #       hack/envtest.sh's, linked in, not built twice;
 #   containerd, containerd-shim-runc-v2, ctr
@@ -16,15 +19,20 @@
 set -euo pipefail
 # shellcheck source=env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-# Each module is built on its own, outside the repository's workspace (go.work).
-export GOWORK=off CGO_ENABLED=0
-
-k8s_version="$(cd "${repo_root}/hack/tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
-k8s_version="${k8s_version#v}"
-k8s_bin="${assets_root}/${k8s_version}-${goos}-${goarch}"
-containerd_bin="${assets_root}/containerd-${CONTAINERD_VERSION#v}-${goos}-${goarch}"
+# shellcheck source=../lib/gobuild.sh
+source "${repo_root}/hack/lib/gobuild.sh"
+# Kubernetes in the workspace (go.work), containerd in its own module; none with cgo, as
+# the images are built (hack/image), so that they share compiled packages.
+unset GOWORK
+export CGO_ENABLED=0
 
 k8s_cmds=(kubelet kube-controller-manager kube-scheduler kube-proxy kubectl)
+k8s_version="$(cd "${repo_root}/hack/tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+k8s_version="${k8s_version#v}"
+k8s_digest="$(cd "${repo_root}/hack/tools" && modules_digest "${k8s_cmds[@]/#/k8s.io/kubernetes/cmd/}")"
+k8s_bin="${assets_root}/${k8s_version}-${goos}-${goarch}-${k8s_digest}"
+containerd_bin="${assets_root}/containerd-${CONTAINERD_VERSION#v}-${goos}-${goarch}"
+
 containerd_cmds=(containerd containerd-shim-runc-v2 ctr)
 
 # Half-built binaries never land in the cache: each build writes to a temporary
@@ -101,10 +109,10 @@ build_containerd() {
 	mod=github.com/containerd/containerd/v2
 	for c in "${containerd_cmds[@]}"; do pkgs+=("${mod}/cmd/${c}@${CONTAINERD_VERSION}"); done
 	# The packages to compile, listed in the module's own directory (go list takes no @version).
-	dir="$(go mod download -json "${mod}@${CONTAINERD_VERSION}" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
-	total=$(cd "${dir}" && GOFLAGS=-mod=mod go list -tags "${tags}" -deps "${containerd_cmds[@]/#/./cmd/}" | grep -c .)
+	dir="$(GOWORK=off go mod download -json "${mod}@${CONTAINERD_VERSION}" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+	total=$(cd "${dir}" && GOWORK=off GOFLAGS=-mod=mod go list -tags "${tags}" -deps "${containerd_cmds[@]/#/./cmd/}" | grep -c .)
 	# The storage drivers that need cgo are left out; the node uses overlayfs.
-	GOBIN="${tmp}" progress "containerd ${CONTAINERD_VERSION}" "${total}" \
+	GOWORK=off GOBIN="${tmp}" progress "containerd ${CONTAINERD_VERSION}" "${total}" \
 		go install -v -trimpath -tags "${tags}" \
 		-ldflags "-s -w -X ${mod}/version.Version=${CONTAINERD_VERSION}" "${pkgs[@]}"
 	for c in "${containerd_cmds[@]}"; do mv "${tmp}/${c}" "${containerd_bin}/"; done

@@ -196,8 +196,8 @@ func TestChartDefaultsDeployWhatConfigDefaultDeploys(t *testing.T) {
 			t.Errorf("config/default deploys %s, the chart does not", key(o))
 		}
 	}
-	if agents != 5 {
-		t.Errorf("config/default deploys %d objects of the node agent, want 5: its ServiceAccount, ClusterRole and binding, DaemonSet and Service", agents)
+	if agents != 7 {
+		t.Errorf("config/default deploys %d objects of the node agent, want 7: its ServiceAccount, ClusterRole and binding, DaemonSet and Service, and its readers' ServiceAccount and Role", agents)
 	}
 	if len(objs) != len(kustomized)-1-agents {
 		t.Errorf("the chart renders %d objects, config/default %d besides its Namespace and the node agent", len(objs), len(kustomized)-1-agents)

@@ -103,7 +103,7 @@ fuseboxd:
     tag: ""
 
 nodeAgent:
-  # The node agent, fuseboxd --node on every node (DaemonSet and Service
+  # The node agent, fuseboxd node on every node (DaemonSet and Service
   # fusebox-node; docs/design.md §9): it carries the reports and config of the
   # pods wired to it (the annotation or namespace label fusebox.dev/node-agent,
   # docs/webhooks.md), so the API server's writes and watches grow with nodes,

@@ -37,3 +37,11 @@ go_build_progress() {
 	rm -f "${log}"
 	echo "${label}: built in $((SECONDS - start)) s (${compiled} of ${total} packages compiled, the rest from the build cache)" >&2
 }
+
+# modules_digest PACKAGE...: prints a short digest of the module versions the packages
+# build from, in the current directory's build list: the name of a cache of binaries
+# built from them, which a change of any of those versions invalidates.
+modules_digest() {
+	go list -deps -f '{{with .Module}}{{.Path}}@{{.Version}}{{with .Replace}}=>{{.Path}}@{{.Version}}{{end}}{{end}}' "$@" |
+		sort -u | sha256sum | cut -c1-12
+}

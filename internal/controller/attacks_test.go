@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 )
 
 // asPod is a client acting as the pod of that name, created first if missing, as the API
@@ -161,10 +162,10 @@ var _ = Describe("What one pod's reports cannot do to the fleet", func() {
 			g.Expect(v).To(HaveKeyWithValue("state", "Open"))
 			// 10s doubled up to 1m: 10s, 20s, 40s, then 1m however many opens it counts.
 			g.Expect(v).To(HaveKeyWithValue("openTimeout", "1m0s"))
-			g.Expect(v).To(HaveKeyWithValue("consecutiveOpens", BeEquivalentTo(maxCountedOpens)))
+			g.Expect(v).To(HaveKeyWithValue("consecutiveOpens", BeEquivalentTo(counting.MaxCountedOpens)))
 			cb := getBreaker(g, ctx, ns, "forever")
 			g.Expect(cb.Status.OpenTimeout).To(Equal(&metav1.Duration{Duration: time.Minute}))
-			g.Expect(cb.Status.ConsecutiveOpens).To(BeEquivalentTo(maxCountedOpens))
+			g.Expect(cb.Status.ConsecutiveOpens).To(BeEquivalentTo(counting.MaxCountedOpens))
 		}).Should(Succeed())
 	})
 

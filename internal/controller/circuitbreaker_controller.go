@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -67,16 +68,16 @@ type CircuitBreakerReconciler struct {
 	// being Ready; zero means DefaultNodeAgentGrace.
 	NodeAgentGrace time.Duration
 
-	// seen is when the operator first saw each report entry (docs/design.md §5.12).
-	seen observations
-	// index holds each breaker's members between reconciles.
-	index memberIndex
+	// seen is when the operator first saw what each report claims (docs/design.md §5.12).
+	seen firstSight
+	// index holds each breaker's entries between reconciles.
+	index entryIndex
 
 	mu        sync.Mutex
-	writes    map[client.ObjectKey]*writeRecord    // guarded by mu: each status's recent writes
-	published map[string]time.Time                 // guarded by mu: each namespace's last ConfigMap write
-	overrides map[overrideKey]time.Time            // guarded by mu: when each override was first seen
-	misbound  map[client.ObjectKey]*misboundRecord // guarded by mu: each node report's PodNotOnNode Events
+	writes    map[client.ObjectKey]*writeRecord  // guarded by mu: each status's recent writes
+	published map[string]time.Time               // guarded by mu: each namespace's last ConfigMap write
+	overrides map[overrideKey]time.Time          // guarded by mu: when each override was first seen
+	capped    map[client.ObjectKey]*cappedRecord // guarded by mu: each node report's PodNotOnNode Events
 }
 
 // +kubebuilder:rbac:groups=resilience.fusebox.dev,resources=circuitbreakers,verbs=get;list;watch
@@ -167,7 +168,7 @@ func (r *CircuitBreakerReconciler) ReconcileStatus(ctx context.Context, req reco
 	}
 	plan := planConfig(r.now(), breakers, cm, reports, r.overrideSeen)
 	result := ctrl.Result{RequeueAfter: earliest(nextExpiry(plan.outcomes), agentWait)}
-	result.RequeueAfter = earliest(result.RequeueAfter, r.recordMisbound(ctx, req.Namespace, reports.misbound))
+	result.RequeueAfter = earliest(result.RequeueAfter, r.recordCapped(ctx, req.Namespace, reports.capped))
 	for _, o := range plan.outcomes {
 		wait, err := r.updateStatus(ctx, o, reports.view(o.breaker))
 		if err != nil {
@@ -205,11 +206,11 @@ func (r *CircuitBreakerReconciler) read(ctx context.Context, namespace string, n
 }
 
 // rendersFromReports says whether any breaker's rendered config depends on its pods'
-// reports: a fleet verdict (scope Fleet), or the fleet counts (a retry budget or
-// throttling).
+// reports: a fleet verdict (scope Fleet), the fleet counts (a retry budget or
+// throttling), or each pod's share of a concurrency limit.
 func rendersFromReports(breakers []resiliencev1alpha1.CircuitBreaker) bool {
 	for i := range breakers {
-		if breakers[i].Spec.Scope == resiliencev1alpha1.ScopeFleet {
+		if breakers[i].Spec.Scope == resiliencev1alpha1.ScopeFleet || counting.UsesConcurrency(&breakers[i]) {
 			return true
 		}
 	}
@@ -243,8 +244,9 @@ func CacheByObject() map[client.Object]cache.ByObject {
 // trimPod keeps of a pod what the reconciler reads: its name, namespace and UID (whose
 // report it is), its node (which node's report may speak for it), its phase (whether it
 // still runs), its labels (its revision, docs/design.md §10, and whether it is a node
-// agent), its Ready condition (whether an agent counts) and its creation and deletion
-// times (since when an agent that was never Ready is not).
+// agent), its Ready condition (whether an agent counts), its creation and deletion times
+// (since when an agent that was never Ready is not), and whether it is wired to its node's
+// agent (wiredToAgent), kept as one container with that variable and no value.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -259,6 +261,9 @@ func trimPod(obj any) (any, error) {
 	if ready := podReady(pod); ready != nil {
 		trimmed.Status.Conditions = []corev1.PodCondition{{Type: ready.Type, Status: ready.Status, LastTransitionTime: ready.LastTransitionTime}}
 	}
+	if wiredToAgent(pod) {
+		trimmed.Spec.Containers = []corev1.Container{{Name: "fusebox", Env: []corev1.EnvVar{{Name: breakerconfig.EnvNodeAgent}}}}
+	}
 	return trimmed, nil
 }
 
@@ -270,6 +275,12 @@ func trimPod(obj any) (any, error) {
 // when their readiness changes, reconcile both, to count what counts and prune the
 // reports of pods that are gone.
 func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, agentPodsIndex, agentPodsOf); err != nil {
+		return fmt.Errorf("index pods by node and revision: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, agentNodeIndex, agentNodeOf); err != nil {
+		return fmt.Errorf("index the node agents' pods by node: %w", err)
+	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{namespaceRequest(o)}
 	})

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -49,14 +50,14 @@ func sameCondition(a, b *resiliencev1alpha1.CircuitBreaker, conditionType string
 }
 
 // setOpenCondition sets Open from the breaker's aggregated state.
-func setOpenCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) {
+func setOpenCondition(cb *resiliencev1alpha1.CircuitBreaker, v counting.View) {
 	c := metav1.Condition{Type: resiliencev1alpha1.ConditionOpen, Status: metav1.ConditionFalse}
-	switch v.state {
+	switch v.State {
 	case resiliencev1alpha1.StateOpen:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, resiliencev1alpha1.ReasonCircuitOpen, openedMessage(cb, v)
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, resiliencev1alpha1.ReasonCircuitOpen, v.OpenedMessage(cb)
 	case resiliencev1alpha1.StateHalfOpen:
 		c.Reason, c.Message = resiliencev1alpha1.ReasonCircuitHalfOpen, "Probing whether the dependency is back"
-		if m := fleetHalfOpen(cb, v); m != "" {
+		if m := v.FleetHalfOpen(cb); m != "" {
 			c.Message = m
 		}
 	case resiliencev1alpha1.StateClosed:
@@ -75,34 +76,20 @@ const ReasonReportShapesMixed = "ReportShapesMixed"
 // turns to ReportShapesMixed.
 const EventReportShapeIgnored = "ReportShapeIgnored"
 
-// oddShapeMessage says which pods' entries are left out, and why.
-func oddShapeMessage(v breakerView) string {
-	kept, shape := "plain breaker", "breaker Group (keys)"
-	if v.keys != nil {
-		kept, shape = shape, kept
-	}
-	pods := make([]string, len(v.oddShape))
-	for i, pod := range v.oddShape {
-		pods[i] = reportText(pod, maxNameText)
-	}
-	return fmt.Sprintf("%d pods report this breaker as a %s while %d report it as a %s; one breaker has one shape, so theirs are left out: %s",
-		len(v.oddShape), shape, v.counts.Reporting, kept, joinLimited(pods))
-}
-
 // setConfigAppliedCondition sets ConfigApplied from what the members run.
-func setConfigAppliedCondition(cb *resiliencev1alpha1.CircuitBreaker, v breakerView) {
+func setConfigAppliedCondition(cb *resiliencev1alpha1.CircuitBreaker, v counting.View) {
 	c := metav1.Condition{Type: resiliencev1alpha1.ConditionConfigApplied}
-	counts, rejected := v.counts, v.rejected
+	counts, rejected := v.Counts, v.Rejected
 	switch {
 	case counts == nil || counts.Reporting == 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, resiliencev1alpha1.ReasonNoMembers, "No pod reports this breaker yet"
-	case len(v.oddShape) > 0:
+	case len(v.OddShape) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonReportShapesMixed
-		c.Message = oddShapeMessage(v)
+		c.Message = v.OddShapeMessage()
 	case len(rejected) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, resiliencev1alpha1.ReasonMembersRejected
 		c.Message = fmt.Sprintf("%d of %d pods refused the published configuration and keep their last good one: %s",
-			len(rejected), counts.Reporting, joinLimited(rejected))
+			len(rejected), counts.Reporting, counting.JoinLimited(rejected))
 	case counts.OnLatestConfig < counts.Reporting:
 		c.Status, c.Reason = metav1.ConditionFalse, resiliencev1alpha1.ReasonMembersBehind
 		c.Message = fmt.Sprintf("%d of %d pods run generation %d", counts.OnLatestConfig, counts.Reporting, cb.Generation)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,236 +14,312 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 )
 
-// DefaultOperatorNamespace is where the operator looks for the node agents' pods when
-// it is told no namespace (POD_NAMESPACE, --operator-namespace): config/default's.
-const DefaultOperatorNamespace = "fusebox-system"
+// The counting rules: which reports count, for which pods (docs/design.md §9). A pod's
+// breakers reach the operator in its own BreakerReport, written under the pod's token, or
+// in its node's NodeBreakerReport, written under the node agent's, as counts. The
+// admission policies make sure that each object is its writer's own; what they cannot
+// look up (which pods run on a node) is judged here, against the operator's pod cache
+// alone: nothing a node report says makes the operator read the API server.
+//
+//   - A node's entry counts while the node's agent counts (agentCounted), for at most as
+//     many pods as the cache has running on that node, of that namespace and revision, and
+//     wired to the agent (counting.FromNode scales the rest down); its notable pods only
+//     if the cache has them bound there. A node can thus speak only for its own pods.
+//   - A pod wired to its node's agent counts through its node's report alone: its own
+//     BreakerReport, if it has one, counts for nothing, so a pod reported both ways
+//     counts once.
+//   - Otherwise a pod's own report counts while it is the pod's (ownedBy) and the pod has
+//     not ended; a report whose pod is gone is to be deleted.
 
-// DefaultNodeAgentGrace is how long a node's reports keep counting after its agent
-// stopped being Ready: long enough for the agent's pod to be restarted or rolled, short
-// enough that the last word of an agent that is gone does not hold its pods' states.
-const DefaultNodeAgentGrace = 30 * time.Second
-
-// nodeAgentLabels select the node agents' pods (the DaemonSet fusebox-node) in the
-// operator's namespace.
-var nodeAgentLabels = client.MatchingLabels{
-	resiliencev1alpha1.LabelAppName:      resiliencev1alpha1.AppName,
-	resiliencev1alpha1.LabelAppComponent: resiliencev1alpha1.ComponentNodeAgent,
-}
-
-// deriver derives pods of one namespace again, for one refresh of the index.
+// deriver derives the carriers of one namespace again, for one refresh of the index.
 type deriver struct {
 	r         *CircuitBreakerReconciler
 	namespace string
 	now       time.Time
-	// agents are the agent pods by node, listed once per refresh when a line needs
-	// them; nil until then.
+	// agents are the agent pods of each node this refresh looked up.
 	agents map[string][]*corev1.Pod
 }
 
-// derive reads what speaks for the pod of that name from the cache (its BreakerReport,
-// and its lines in the reports of nodes) and applies the counting rules (countPod).
-func (d *deriver) derive(ctx context.Context, name string, nodes []string) (derived, error) {
-	var out derived
-	var reports podReports
-	var own resiliencev1alpha1.BreakerReport
+// derivedPod is what counts of one pod's own report.
+type derivedPod struct {
+	entries []counting.Entry
+	// gone: the report is of a pod that no longer exists (or is another pod of the name),
+	// and is to be deleted.
+	gone *resiliencev1alpha1.BreakerReport
+}
+
+// derivePod reads the pod's own report and the pod from the cache and applies the rules
+// above; nil when no report of that name exists.
+func (d *deriver) derivePod(ctx context.Context, name string) (*derivedPod, error) {
+	var rep resiliencev1alpha1.BreakerReport
 	// Read-only use: no copy of the cache's objects.
-	err := d.r.Get(ctx, types.NamespacedName{Namespace: d.namespace, Name: name}, &own, client.UnsafeDisableDeepCopy)
+	err := d.r.Get(ctx, types.NamespacedName{Namespace: d.namespace, Name: name}, &rep, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err):
+		return nil, nil
 	case err != nil:
-		return out, fmt.Errorf("get BreakerReport %s/%s: %w", d.namespace, name, err)
-	default:
-		reports.own = &own
+		return nil, fmt.Errorf("get BreakerReport %s/%s: %w", d.namespace, name, err)
 	}
-	for _, node := range nodes {
-		found, err := d.linesOn(ctx, node, name, &reports)
-		if err != nil {
-			return out, err
-		}
-		if !found {
-			out.noLineOn = append(out.noLineOn, node)
-		}
-	}
-	if reports.own == nil && len(reports.lines) == 0 {
-		return out, nil
-	}
-	pod, err := d.pod(ctx, name, reports)
+	pod, err := d.ownPod(ctx, &rep)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	counted := map[string]bool{}
-	if pod != nil && pod.Spec.NodeName != "" {
-		for _, l := range reports.lines {
-			if l.node == pod.Spec.NodeName {
-				counts, until, err := d.agentCounts(ctx, l.node)
-				if err != nil {
-					return out, err
-				}
-				counted[l.node], out.agentUntil = counts, until
-				break
-			}
-		}
-	}
-	c := countPod(pod, reports, func(node string) bool { return counted[node] })
-	state := &podState{node: c.node, misbound: c.misbound}
-	if c.gone {
+	switch {
+	case pod == nil || !ownedBy(&rep, pod.UID):
 		// What the delete needs (its preconditions) and the Event names.
-		state.gone = &resiliencev1alpha1.BreakerReport{
-			ObjectMeta: metav1.ObjectMeta{Namespace: own.Namespace, Name: own.Name, UID: own.UID, ResourceVersion: own.ResourceVersion},
-			Breakers:   own.Breakers,
-		}
+		return &derivedPod{gone: &resiliencev1alpha1.BreakerReport{
+			ObjectMeta: metav1.ObjectMeta{Namespace: rep.Namespace, Name: rep.Name, UID: rep.UID, ResourceVersion: rep.ResourceVersion},
+			Breakers:   rep.Breakers,
+		}}, nil
+	case podEnded(pod) || wiredToAgent(pod):
+		return &derivedPod{}, nil
 	}
-	if len(c.entries) > 0 {
-		var seen []time.Time
-		if c.carrier == ownCarrier {
-			seen = d.r.seen.firstSeen(reports.own, d.now)
-		} else {
-			for _, l := range reports.lines {
-				if l.node == c.carrier {
-					line := &resiliencev1alpha1.NodePodReport{Name: name, UID: l.uid, Breakers: l.entries}
-					seen = d.r.seen.firstSeenLine(d.namespace, l.node, line, d.now)
-					break
-				}
-			}
-		}
-		state.members = podMembers(name, c.entries, seen)
-		// The Pod's word, not the report's (countPod counts entries only of a pod it has).
-		if pod != nil {
-			rev := resiliencev1alpha1.RevisionOf(pod.Labels)
-			for i := range state.members {
-				state.members[i].revision = rev
-			}
-		}
+	seen := d.r.seen.firstSeen(&rep, d.now)
+	revision := resiliencev1alpha1.RevisionOf(pod.Labels)
+	out := &derivedPod{entries: make([]counting.Entry, len(rep.Breakers))}
+	for i := range rep.Breakers {
+		e := &rep.Breakers[i]
+		out.entries[i] = counting.FromPod(name, e, counting.Attested(e.Since.Time, seen[i]), revision)
 	}
-	out.state = state
 	return out, nil
 }
 
-// linesOn adds to reports the lines of node's report that name the pod, and says whether
-// there were any.
-func (d *deriver) linesOn(ctx context.Context, node, pod string, reports *podReports) (bool, error) {
+// ownPod returns the pod a report of its own names, nil when there is none. The cache's
+// answer is confirmed around the cache when it disagrees with the report: a new pod can
+// report before the cache has seen it, and a pod re-created under its name (a
+// StatefulSet's) before the cache has seen the old one go; its report, taken for the old
+// pod's, would be deleted. A BreakerReport is written only under its pod's own bound token
+// (the admission policy), so these reads grow with the pods that write, not with what a
+// report claims.
+func (d *deriver) ownPod(ctx context.Context, rep *resiliencev1alpha1.BreakerReport) (*corev1.Pod, error) {
+	var cached corev1.Pod
+	err := d.r.Get(ctx, types.NamespacedName{Namespace: d.namespace, Name: rep.Name}, &cached, client.UnsafeDisableDeepCopy)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("get Pod %s/%s: %w", d.namespace, rep.Name, err)
+	default:
+		if ownedBy(rep, cached.UID) {
+			return &cached, nil
+		}
+	}
+	return d.r.livePod(ctx, d.namespace, rep.Name)
+}
+
+// derivedNode is what counts of one node's report.
+type derivedNode struct {
+	entries []counting.Entry
+	// capped says, per entry the cache bounded, what it claimed and what counts.
+	capped []string
+	// agentUntil is when the node's agent's grace ends, if it is in one.
+	agentUntil time.Time
+}
+
+// deriveNode reads the node's report and applies the rules above, from the cache alone;
+// nil when the node has no report in the namespace.
+func (d *deriver) deriveNode(ctx context.Context, node string) (*derivedNode, error) {
 	var rep resiliencev1alpha1.NodeBreakerReport
 	err := d.r.Get(ctx, types.NamespacedName{Namespace: d.namespace, Name: node}, &rep, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("get NodeBreakerReport %s/%s: %w", d.namespace, node, err)
+		return nil, fmt.Errorf("get NodeBreakerReport %s/%s: %w", d.namespace, node, err)
 	}
-	found := false
-	for i := range rep.Pods {
-		p := &rep.Pods[i]
-		if p.Name != pod || slices.ContainsFunc(rep.Pods[:i], func(q resiliencev1alpha1.NodePodReport) bool { return q.UID == p.UID }) {
+	out := &derivedNode{}
+	counts, until, err := d.agentCounts(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	out.agentUntil = until
+	if !counts || rep.NodeName != node {
+		return out, nil
+	}
+	running := map[string]int64{}
+	seen := make(map[[2]string]bool, len(rep.Breakers))
+	for i := range rep.Breakers {
+		e := &rep.Breakers[i]
+		// The list is atomic: the API server keeps no pair unique, so a node that repeats
+		// one must not count its pods twice. The agent never does.
+		pair := [2]string{e.Name, e.Revision}
+		if seen[pair] {
 			continue
 		}
-		reports.lines = append(reports.lines, nodeLine{node: rep.NodeName, uid: p.UID, entries: firstOfEachName(p.Breakers)})
-		found = true
-	}
-	return found, nil
-}
-
-// firstOfEachName returns entries without the entries whose name an earlier one already
-// has: a node report's lists are atomic (docs/design.md §9), so the API server does not
-// keep their keys unique, and an agent that repeats a breaker must not make it count
-// twice. The agent never does, and entries is then returned as it is.
-func firstOfEachName(entries []resiliencev1alpha1.BreakerReportEntry) []resiliencev1alpha1.BreakerReportEntry {
-	for i := 1; i < len(entries); i++ {
-		if slices.ContainsFunc(entries[:i], func(e resiliencev1alpha1.BreakerReportEntry) bool { return e.Name == entries[i].Name }) {
-			out := slices.Clone(entries[:i])
-			for _, e := range entries[i+1:] {
-				if !slices.ContainsFunc(out, func(o resiliencev1alpha1.BreakerReportEntry) bool { return o.Name == e.Name }) {
-					out = append(out, e)
-				}
+		seen[pair] = true
+		n, ok := running[e.Revision]
+		if !ok {
+			if n, err = d.runningOn(ctx, node, e.Revision); err != nil {
+				return nil, err
 			}
-			return out
+			running[e.Revision] = n
 		}
+		entry, capped := counting.FromNode(node, e, d.r.seen.firstSeenNode(d.namespace, node, e, d.now), n,
+			func(name string, uid types.UID) bool { return d.boundTo(ctx, node, name, uid) })
+		if capped {
+			out.capped = append(out.capped, cappedNote(e, entry))
+		}
+		out.entries = append(out.entries, entry)
 	}
-	return entries
+	return out, nil
 }
 
-// pod returns the pod of that name, nil when there is none. The cache's answer is
-// confirmed around the cache when it disagrees with a report: a new pod can report
-// before the cache has seen it (or seen it bound to its node), and a pod re-created under
-// its name (a StatefulSet's) before the cache has seen the old one go; its report, taken
-// for the old pod's, would be deleted, and its writer writes it again only when an entry
-// changes.
-func (d *deriver) pod(ctx context.Context, name string, reports podReports) (*corev1.Pod, error) {
-	var cached corev1.Pod
-	err := d.r.Get(ctx, types.NamespacedName{Namespace: d.namespace, Name: name}, &cached, client.UnsafeDisableDeepCopy)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, fmt.Errorf("get Pod %s/%s: %w", d.namespace, name, err)
-	default:
-		if agrees(&cached, reports) {
-			return &cached, nil
+// cappedNote says what the cache bounded of a node's entry e, counted as entry: the pods it
+// claimed and those counted, and the notable pods not bound to the node, by name.
+func cappedNote(e *resiliencev1alpha1.NodeBreakerEntry, entry counting.Entry) string {
+	note := fmt.Sprintf("%s at revision %q: %d pods claimed, %d counted", counting.Text(e.Name, counting.MaxNameText),
+		counting.Text(e.Revision, counting.MaxNameText), e.Pods, entry.Pods)
+	var dropped []string
+	for _, p := range e.Notable {
+		if !slices.ContainsFunc(entry.Notable, func(m counting.Member) bool { return m.UID == p.UID }) {
+			dropped = append(dropped, counting.Text(p.Name, counting.MaxNameText))
 		}
 	}
-	return d.r.livePod(ctx, d.namespace, name)
+	if len(dropped) > 0 {
+		note += ", notable pods not bound here: " + strings.Join(dropped, ", ")
+	}
+	return note
 }
 
-// agrees reports whether the cached pod is the one every report names, bound where every
-// node's line says.
-func agrees(pod *corev1.Pod, reports podReports) bool {
-	if reports.own != nil && !ownedBy(reports.own, pod.UID) {
+// agentPodsIndex indexes the pods of the operator's cache by where a node's report may
+// count them: "namespace/node/revision" for a pod bound to a node, not ended, and wired to
+// its node's agent.
+const agentPodsIndex = "fusebox.dev/agent-pods"
+
+func agentPodsKey(namespace, node, revision string) string {
+	return namespace + "/" + node + "/" + revision
+}
+
+// agentPodsOf is agentPodsIndex's function.
+func agentPodsOf(obj client.Object) []string {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" || podEnded(pod) || !wiredToAgent(pod) {
+		return nil
+	}
+	return []string{agentPodsKey(pod.Namespace, pod.Spec.NodeName, resiliencev1alpha1.RevisionOf(pod.Labels))}
+}
+
+// runningOn is how many pods of the namespace and revision the cache has running on node,
+// wired to its agent.
+func (d *deriver) runningOn(ctx context.Context, node, revision string) (int64, error) {
+	var pods corev1.PodList
+	if err := d.r.List(ctx, &pods, client.InNamespace(d.namespace), client.MatchingFields{agentPodsIndex: agentPodsKey(d.namespace, node, revision)},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return 0, fmt.Errorf("list the pods of node %s: %w", node, err)
+	}
+	return int64(len(pods.Items)), nil
+}
+
+// boundTo reports whether the cache has the pod of that name and UID running on node.
+func (d *deriver) boundTo(ctx context.Context, node, name string, uid types.UID) bool {
+	var pod corev1.Pod
+	if err := d.r.Get(ctx, types.NamespacedName{Namespace: d.namespace, Name: name}, &pod, client.UnsafeDisableDeepCopy); err != nil {
 		return false
 	}
-	for _, l := range reports.lines {
-		if l.uid != pod.UID || l.node != pod.Spec.NodeName {
-			return false
-		}
-	}
-	return true
+	return pod.UID == uid && pod.Spec.NodeName == node && !podEnded(&pod)
 }
 
-// agentCounts says whether node's reports count now (agentCounted), from the agent pods
-// in the operator's namespace.
+// agentCounts says whether node's reports count now (agentCounted), from the node's agent
+// pods in the operator's namespace, found by their node in the pod cache's index.
 func (d *deriver) agentCounts(ctx context.Context, node string) (bool, time.Time, error) {
-	if d.agents == nil {
+	agents, ok := d.agents[node]
+	if !ok {
 		var pods corev1.PodList
-		if err := d.r.List(ctx, &pods, client.InNamespace(d.r.operatorNamespace()), nodeAgentLabels, client.UnsafeDisableDeepCopy); err != nil {
-			return false, time.Time{}, fmt.Errorf("list the node agents' pods: %w", err)
+		if err := d.r.List(ctx, &pods, client.InNamespace(d.r.operatorNamespace()), client.MatchingFields{agentNodeIndex: node},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return false, time.Time{}, fmt.Errorf("list the node agents' pods of node %s: %w", node, err)
 		}
-		d.agents = map[string][]*corev1.Pod{}
 		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Spec.NodeName != "" {
-				d.agents[p.Spec.NodeName] = append(d.agents[p.Spec.NodeName], p)
-			}
+			agents = append(agents, &pods.Items[i])
 		}
+		if d.agents == nil {
+			d.agents = map[string][]*corev1.Pod{}
+		}
+		d.agents[node] = agents
 	}
-	agents := d.agents[node]
 	missing := d.r.index.missingSince(node, len(agents) > 0, d.now)
 	counts, until := agentCounted(agents, missing, d.now, d.r.nodeAgentGrace())
 	return counts, until, nil
 }
 
-// operatorNamespace is where the node agents run.
-func (r *CircuitBreakerReconciler) operatorNamespace() string {
-	if r.OperatorNamespace != "" {
-		return r.OperatorNamespace
-	}
-	return DefaultOperatorNamespace
-}
+// agentNodeIndex indexes the node agents' pods (nodeAgentLabels) by their node, so that a
+// node's are found without listing every node's.
+const agentNodeIndex = "fusebox.dev/agent-node"
 
-func (r *CircuitBreakerReconciler) nodeAgentGrace() time.Duration {
-	if r.NodeAgentGrace > 0 {
-		return r.NodeAgentGrace
-	}
-	return DefaultNodeAgentGrace
-}
-
-// isNodeAgent reports whether pod is one of the node agents.
-func (r *CircuitBreakerReconciler) isNodeAgent(pod *corev1.Pod) bool {
-	if pod.Namespace != r.operatorNamespace() {
-		return false
+// agentNodeOf is agentNodeIndex's function: the node of a pod with the node agents'
+// labels (in any namespace: the lookup names the operator's).
+func agentNodeOf(obj client.Object) []string {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return nil
 	}
 	for k, v := range nodeAgentLabels {
 		if pod.Labels[k] != v {
-			return false
+			return nil
+		}
+	}
+	return []string{pod.Spec.NodeName}
+}
+
+// podEnded: a pod in phase Succeeded or Failed runs no more, and its reports count for
+// nothing.
+func podEnded(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// ownedBy reports whether the report belongs to the pod of that UID. A report that names
+// no Pod owner is taken as its namesake's: the admission policy already made sure a pod
+// wrote only its own.
+func ownedBy(rep *resiliencev1alpha1.BreakerReport, uid types.UID) bool {
+	for _, o := range rep.OwnerReferences {
+		if o.Kind == "Pod" && o.APIVersion == "v1" {
+			return o.UID == uid
 		}
 	}
 	return true
+}
+
+// agentCounted says whether the reports of a node count at now, given the node's agent
+// pods (agents) and, when it has none, since when the operator has known it to have none
+// (missingSince). They count while an agent is Ready, and for grace after the node last
+// had one: an agent that stops being Ready (restarted, rolled, its node failing) writes no
+// more, and what its report last said would otherwise hold its pods' states for ever.
+// until is when the answer changes with no event to announce it (zero when only an event
+// can change it).
+func agentCounted(agents []*corev1.Pod, missingSince, now time.Time, grace time.Duration) (counts bool, until time.Time) {
+	since := missingSince
+	if len(agents) > 0 {
+		since = time.Time{}
+	}
+	for _, p := range agents {
+		ready := podReady(p)
+		if ready != nil && ready.Status == corev1.ConditionTrue {
+			return true, time.Time{}
+		}
+		// Not Ready since its Ready condition last moved, or, with none yet, since it was
+		// created.
+		notReady := p.CreationTimestamp.Time
+		if ready != nil && !ready.LastTransitionTime.IsZero() {
+			notReady = ready.LastTransitionTime.Time
+		}
+		if notReady.After(since) {
+			since = notReady
+		}
+	}
+	if end := since.Add(grace); now.Before(end) {
+		return true, end
+	}
+	return false, time.Time{}
+}
+
+// podReady is the pod's Ready condition, nil when it has none.
+func podReady(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }

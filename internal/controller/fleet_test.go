@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -176,8 +177,8 @@ var _ = Describe("Fleet verdicts from BreakerReports", func() {
 		Eventually(func(g Gomega) {
 			state, since := fleetVerdict(g, ctx, ns, "skew")
 			g.Expect(state).To(Equal("Open"))
-			g.Expect(since).To(BeTemporally(">=", written.Add(maxClockSkew)), "first sight + the skew")
-			g.Expect(since).To(BeTemporally("<", written.Add(maxClockSkew+time.Second)), "first sight + the skew, not the report's since")
+			g.Expect(since).To(BeTemporally(">=", written.Add(counting.MaxClockSkew)), "first sight + the skew")
+			g.Expect(since).To(BeTemporally("<", written.Add(counting.MaxClockSkew+time.Second)), "first sight + the skew, not the report's since")
 			g.Expect(condition(getBreaker(g, ctx, ns, "skew"), "Open").Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
 
@@ -312,122 +313,21 @@ func openedK(pod, reason string, offset time.Duration, k int32, period time.Dura
 	return m
 }
 
-// backedOff is docs/design.md §5.13's k-th open period.
-func backedOff(k int, openTimeout, maxOpenTimeout time.Duration) time.Duration {
-	d := openTimeout
-	for range k - 1 {
-		d *= 2
-		if d >= maxOpenTimeout {
-			return maxOpenTimeout
-		}
-	}
-	return min(d, maxOpenTimeout)
-}
-
-// A fleet that keeps failing its probes backs off as one (docs/design.md §5.13): the k-th
-// consecutive fleet open carries min(openTimeout×2^(k-1), maxOpenTimeout), taken from the
-// pod whose failed probe started it, whichever pod that is, while the pods that only
-// adopted the verdicts before report nothing that moves it.
-func TestDecideFleetBacksOffAcrossTheFleet(t *testing.T) {
-	const openTimeout, maxOpenTimeout = time.Second, 10 * time.Second
-	backoffBreaker := fleetBreaker(0)
-	backoffBreaker.Spec.MaxOpenTimeout = &metav1.Duration{Duration: maxOpenTimeout}
-	pods := []string{"a", "b", "c", "d"}
-	var history []member // each pod's latest line
-	for i, p := range pods {
-		history = append(history, at(p, closed, started, time.Duration(i)*time.Millisecond))
-	}
-	offset := time.Second
-	for k := 1; k <= 7; k++ {
-		want := backedOff(k, openTimeout, maxOpenTimeout)
-		reason := failed
-		if k == 1 {
-			reason = tripped
-		}
-		// Pod k mod 4 earns the open; every other pod adopted the previous verdict and then
-		// timed out into half-open, none of which moves the fleet.
-		opener := k % len(pods)
-		for i, p := range pods {
-			if i == opener {
-				history[i] = openedK(p, reason, offset, int32(k), want)
-				continue
-			}
-			m := at(p, halfOpen, timedOut, offset-time.Millisecond)
-			m.entry.ConsecutiveOpens, m.entry.OpenTimeout = int32(k-1), &metav1.Duration{Duration: backedOff(max(k-1, 1), openTimeout, maxOpenTimeout)}
-			history[i] = m
-		}
-		d := decideFleet(backoffBreaker, history)
-		v := d.verdict
-		if !d.open || v == nil || v.State != breakerconfig.StateOpen || !v.Since.Equal(t0.Add(offset)) {
-			t.Fatalf("open %d: decision open=%v verdict %+v, want Open since t0+%s", k, d.open, v, offset)
-		}
-		if v.ConsecutiveOpens != k || time.Duration(v.OpenTimeout) != want {
-			t.Errorf("open %d: verdict carries k=%d period %s, want k=%d period %s", k, v.ConsecutiveOpens, time.Duration(v.OpenTimeout), k, want)
-		}
-		offset += want + 100*time.Millisecond
-	}
-	if got := backedOff(3, openTimeout, maxOpenTimeout); got != 4*time.Second {
-		t.Errorf("the test's own §5.13: third period %s, want 4s", got)
-	}
-}
-
-// With a quorum, the open period is the one of the Open that completed the quorum: the
-// fleet's open period starts there, so its length is that report's too.
-func TestDecideFleetOpenPeriodFromTheOpenThatStartedIt(t *testing.T) {
-	s := time.Second
-	opens := []member{
-		openedK("w", tripped, 1*s, 1, 30*s),
-		openedK("x", failed, 5*s, 2, 60*s),
-		openedK("y", tripped, 6*s, 1, 30*s),
-	}
-	members := append(closedPods("p", 7), opens...)
-	cb := fleetBreaker(30)
-	cb.Spec.OpenTimeout, cb.Spec.MaxOpenTimeout = &metav1.Duration{Duration: 30 * s}, &metav1.Duration{Duration: 2 * time.Minute}
-	d := decideFleet(cb, members)
-	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(1*s)) || v.ConsecutiveOpens != 1 || time.Duration(v.OpenTimeout) != 30*s {
-		t.Errorf("verdict %+v, want w's: since t0+1s, k=1, 30s", v)
-	}
-	// A closed pod earns the fourth Open of ten: the quorum of 3 was complete at x's.
-	members = append(append(closedPods("p", 6), opens...), openedK("z", failed, 7*s, 3, 2*time.Minute))
-	d = decideFleet(cb, members)
-	if v := d.verdict; !d.open || !v.Since.Equal(t0.Add(5*s)) || v.ConsecutiveOpens != 2 || time.Duration(v.OpenTimeout) != 60*s {
-		t.Errorf("verdict %+v, want x's: since t0+5s, k=2, 1m", v)
-	}
-}
-
 // Reports without an open period (an agent from before backoff) give a verdict without
 // one, and the pods keep their own policy's; a Closed verdict never carries one.
-func TestDecideFleetWithoutOpenPeriods(t *testing.T) {
-	d := decideFleet(fleetBreaker(0), []member{at("x", open, tripped, 5*time.Second)})
-	if v := d.verdict; v == nil || v.ConsecutiveOpens != 0 || v.OpenTimeout != 0 {
-		t.Errorf("verdict %+v, want Open with no period", v)
-	}
-	d = decideFleet(fleetBreaker(0), []member{openedK("x", tripped, 5*time.Second, 2, 2*time.Second), at("y", closed, succeeded, 9*time.Second)})
-	if v := d.verdict; v == nil || v.State != breakerconfig.StateClosed || v.ConsecutiveOpens != 0 || v.OpenTimeout != 0 {
+// A Closed verdict without an open period renders without one (the decision itself is
+// internal/counting's TestDecideFleetWithoutOpenPeriods).
+func TestRenderAVerdictWithoutOpenPeriod(t *testing.T) {
+	d := decideFleet(fleetBreaker(0), []member{openedK("x", tripped, 5*time.Second, 2, 2*time.Second), at("y", closed, succeeded, 9*time.Second)})
+	if v := d.Verdict; v == nil || v.State != breakerconfig.StateClosed || v.ConsecutiveOpens != 0 || v.OpenTimeout != 0 {
 		t.Errorf("verdict %+v, want Closed with no period", v)
 	}
-	c, err := render(fleetBreaker(0), d.verdict, fleetTraffic{})
+	c, err := render(fleetBreaker(0), d.Verdict, fleetCounts{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc, _ := breakerconfig.Marshal(c)
 	if back, err := breakerconfig.Parse(doc); err != nil || back.Verdict.ConsecutiveOpens != 0 || back.Verdict.OpenTimeout != 0 {
 		t.Errorf("rendered verdict %+v, %v", back.Verdict, err)
-	}
-}
-
-// A breaker Group's entry moves no fleet verdict: no key's verdict is shared across the
-// fleet (docs/groups.md). Its state is its pods', as with scope Pod, not the half-open a
-// fleet with an unshared Open would show.
-func TestAGroupMovesNoFleetVerdict(t *testing.T) {
-	group := at("g", open, tripped, 5*time.Second)
-	group.entry.Keys = &resiliencev1alpha1.KeySummary{Keys: 12, Open: 3, Worst: []string{"eu-1", "eu-2", "us-3"}}
-	members := append(closedPods("p", 2), group)
-	if d := decideFleet(fleetBreaker(0), members); d.open || d.verdict != nil {
-		t.Errorf("a Group's Open made a fleet verdict: %+v", d)
-	}
-	v := aggregate(fleetBreaker(0), members)
-	if v.state != open || v.fleet != nil || v.keys == nil || v.keys.Open != 3 {
-		t.Errorf("aggregate of a Fleet-scoped Group: state %q, fleet %+v, keys %+v; want Open from its pods, no fleet rule", v.state, v.fleet, v.keys)
 	}
 }

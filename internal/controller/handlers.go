@@ -74,37 +74,36 @@ func coalesced(delay time.Duration) handler.EventHandler {
 // Both controllers watch reports; the first to be told records, the other finds the
 // entry known, and either order marks the same pods.
 func (r *CircuitBreakerReconciler) indexing(next handler.EventHandler) handler.EventHandler {
-	changed := func(old, o client.Object, deleted bool) {
+	changed := func(o client.Object, deleted bool) {
+		key := client.ObjectKeyFromObject(o)
 		switch rep := o.(type) {
 		case *resiliencev1alpha1.BreakerReport:
 			if deleted {
-				r.seen.forget(client.ObjectKeyFromObject(rep))
+				r.seen.forget(key)
 			} else {
 				r.seen.observe(rep, r.now())
 			}
-			r.index.markReport(rep.Namespace, rep.Name)
+			r.index.mark(rep.Namespace, carrier{pod: rep.Name})
 		case *resiliencev1alpha1.NodeBreakerReport:
-			prev, _ := old.(*resiliencev1alpha1.NodeBreakerReport)
 			if deleted {
-				r.seen.forgetNode(rep)
-				r.index.markNodeReport(rep, nil)
+				r.seen.forgetNode(key)
 			} else {
-				r.seen.observeNode(prev, rep, r.now())
-				r.index.markNodeReport(prev, rep)
+				r.seen.observeNode(rep, r.now())
 			}
+			r.index.mark(rep.Namespace, carrier{node: rep.Name})
 		}
 	}
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			changed(nil, e.Object, false)
+			changed(e.Object, false)
 			next.Create(ctx, e, q)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			changed(e.ObjectOld, e.ObjectNew, false)
+			changed(e.ObjectNew, false)
 			next.Update(ctx, e, q)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			changed(nil, e.Object, true)
+			changed(e.Object, true)
 			next.Delete(ctx, e, q)
 		},
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -136,7 +135,11 @@ func (r *CircuitBreakerReconciler) podEvents() handler.EventHandler {
 			resiliencev1alpha1.RevisionOf(old.Labels) == resiliencev1alpha1.RevisionOf(pod.Labels) {
 			return
 		}
-		if r.index.markPod(pod.Namespace, pod.Name) {
+		node := pod.Spec.NodeName
+		if node == "" && old != nil {
+			node = old.Spec.NodeName
+		}
+		if r.index.markPod(pod.Namespace, pod.Name, node) {
 			q.Add(namespaceRequest(pod))
 		}
 	}

@@ -6,24 +6,26 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/conversion"
 	"k8s.io/apimachinery/pkg/types"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 )
 
-// memberIndex holds, per namespace and per breaker, the members that count: what the pods'
-// reports add up to, kept between reconciles so that a reconcile reads the members it needs
-// without listing every report, and recomputes only the breakers whose members changed.
+// entryIndex holds, per namespace and per breaker, the entries that count: what each
+// carrier (a node's report, a pod's own report) says, kept between reconciles so that a
+// reconcile reads the entries it needs without listing every report, and aggregates again
+// only the breakers whose entries changed.
 //
 // It is level-based. The watch events of BreakerReports, NodeBreakerReports and Pods only
-// mark pod names dirty (cheap, in any order, any number of times); a reconcile then derives
-// each dirty pod again from the cache as it stands (derivePod) and applies the result here.
-// What an event marks is thus never lost to events delivered out of order between the two
+// mark carriers dirty (cheap, in any order, any number of times); a reconcile then derives
+// each dirty carrier again from the cache as it stands and applies the result here. What
+// an event marks is thus never lost to events delivered out of order between the two
 // controllers' handlers, and what the cache holds is always what counts.
 //
 // Safe for concurrent use.
-type memberIndex struct {
+type entryIndex struct {
 	mu         sync.Mutex
 	namespaces map[string]*namespaceIndex // guarded by mu
 	// agentMissing is since when each node has been known to have no agent pod at all
@@ -31,71 +33,61 @@ type memberIndex struct {
 	agentMissing map[string]time.Time
 }
 
+// carrier names what an entry came from: a node's report, or a pod's own.
+type carrier struct{ node, pod string }
+
 // namespaceIndex is the index of one namespace.
 type namespaceIndex struct {
 	// refresh serializes the namespace's refreshes: a reconcile that finds nothing dirty
-	// must wait for the one deriving what an event marked, or it reads the members from
+	// must wait for the one deriving what an event marked, or it reads the entries from
 	// before the event and no later event comes to correct it.
 	refresh sync.Mutex
 
-	// The rest is guarded by memberIndex.mu.
+	// The rest is guarded by entryIndex.mu.
 
-	// synced: the namespace's reports were all marked once, from a list of the cache
-	// (a reconciler started without watches, or before their first events, misses none).
+	// synced: the namespace's reports were all marked once, from a list of the cache (a
+	// reconciler started without watches, or before their first events, misses none).
 	synced bool
-	dirty  map[string]bool // pod names to derive again
-	// hints names, by pod name, the nodes whose report may carry a line of that pod:
-	// where derivePod looks. An event adds them; a derivation that finds no line there
-	// removes them.
-	hints    map[string]map[string]bool
-	pods     map[string]*podState                         // what counts of each pod, by name
-	breakers map[string]*breakerMembers                   // by breaker name
-	byNode   map[string]map[string]bool                   // node → the pods whose own node's report carries them
+	dirty  map[carrier]bool
+	// carriers is what each carrier counts for, by breaker name.
+	carriers map[carrier]map[string][]counting.Entry
+	breakers map[string]*breakerEntries
 	gone     map[string]*resiliencev1alpha1.BreakerReport // by pod name: reports to delete
-	misbound map[string][]string                          // by pod name: nodes that claim it wrongly
-	// deadlines is when each node's agent's grace ends (agentCounted's until): the pods
-	// of that node are derived again then.
+	capped   map[string][]string                          // by node: what the cache bounded
+	// deadlines is when each node's agent's grace ends: the node is derived again then.
 	deadlines map[string]time.Time
 }
 
-// podState is what counts of one pod, as last derived.
-type podState struct {
-	members  []member // one per breaker the counted carrier reports
-	node     string
-	gone     *resiliencev1alpha1.BreakerReport
-	misbound []string
+// breakerEntries is one breaker's entries, by carrier, and the snapshot a reconcile reads.
+type breakerEntries struct {
+	entries map[carrier][]counting.Entry
+	snap    *entrySnapshot // nil once the entries changed
 }
 
-// breakerMembers is one breaker's members, by pod name, and the snapshot a reconcile reads.
-type breakerMembers struct {
-	members map[string]member
-	snap    *memberSnapshot // nil once the members changed
-}
-
-// memberSnapshot is a breaker's members at one moment, shared by the reconciles that read
+// entrySnapshot is a breaker's entries at one moment, shared by the reconciles that read
 // them: never changed once made.
-type memberSnapshot struct {
-	members  []member // without the pods of the odd shape
+type entrySnapshot struct {
+	entries  []counting.Entry // without the carriers of the odd shape
 	oddShape []string
 
 	mu   sync.Mutex
-	memo *breakerView // guarded by mu: the aggregate for memoFor
+	memo *counting.View // guarded by mu: the aggregate for memoFor
 	// memoFor is the breaker the memo is for, by UID and generation: all of the
-	// CircuitBreaker that aggregate reads.
+	// CircuitBreaker that Aggregate reads.
 	memoFor struct {
 		uid        types.UID
 		generation int64
 	}
 }
 
-// view returns aggregate's answer for cb over the snapshot, computed once per snapshot and
+// view returns Aggregate's answer for cb over the snapshot, computed once per snapshot and
 // generation of cb.
-func (s *memberSnapshot) view(cb *resiliencev1alpha1.CircuitBreaker) breakerView {
+func (s *entrySnapshot) view(cb *resiliencev1alpha1.CircuitBreaker) counting.View {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.memo == nil || s.memoFor.uid != cb.UID || s.memoFor.generation != cb.Generation {
-		v := aggregate(cb, s.members)
-		v.oddShape = s.oddShape
+		v := counting.Aggregate(cb, s.entries)
+		v.OddShape = s.oddShape
 		s.memo = &v
 		s.memoFor.uid, s.memoFor.generation = cb.UID, cb.Generation
 	}
@@ -103,17 +95,16 @@ func (s *memberSnapshot) view(cb *resiliencev1alpha1.CircuitBreaker) breakerView
 }
 
 // namespace returns the namespace's index, made when missing. i.mu must be held.
-func (i *memberIndex) namespace(name string) *namespaceIndex {
+func (i *entryIndex) namespace(name string) *namespaceIndex {
 	if i.namespaces == nil {
 		i.namespaces = map[string]*namespaceIndex{}
 	}
 	ns := i.namespaces[name]
 	if ns == nil {
 		ns = &namespaceIndex{
-			dirty: map[string]bool{}, hints: map[string]map[string]bool{}, pods: map[string]*podState{},
-			breakers: map[string]*breakerMembers{}, byNode: map[string]map[string]bool{},
-			gone: map[string]*resiliencev1alpha1.BreakerReport{}, misbound: map[string][]string{},
-			deadlines: map[string]time.Time{},
+			dirty: map[carrier]bool{}, carriers: map[carrier]map[string][]counting.Entry{},
+			breakers: map[string]*breakerEntries{}, gone: map[string]*resiliencev1alpha1.BreakerReport{},
+			capped: map[string][]string{}, deadlines: map[string]time.Time{},
 		}
 		i.namespaces[name] = ns
 	}
@@ -121,97 +112,45 @@ func (i *memberIndex) namespace(name string) *namespaceIndex {
 }
 
 // namespaceFor returns the namespace's index, made when missing.
-func (i *memberIndex) namespaceFor(name string) *namespaceIndex {
+func (i *entryIndex) namespaceFor(name string) *namespaceIndex {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.namespace(name)
 }
 
-// markReport marks the pod of a BreakerReport's name dirty.
-func (i *memberIndex) markReport(namespace, pod string) {
+// mark marks a carrier of the namespace dirty.
+func (i *entryIndex) mark(namespace string, c carrier) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.namespace(namespace).dirty[pod] = true
+	i.namespace(namespace).dirty[c] = true
 }
 
-// markNodeReport marks dirty the pods whose line differs between old and rep, two versions
-// of one node report (either nil: created or deleted), and notes where their lines are.
-func (i *memberIndex) markNodeReport(old, rep *resiliencev1alpha1.NodeBreakerReport) {
-	changed := changedLines(old, rep)
-	if len(changed) == 0 {
-		return
-	}
-	some := rep
-	if some == nil {
-		some = old
-	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	ns := i.namespace(some.Namespace)
-	for _, pod := range changed {
-		ns.dirty[pod] = true
-		ns.hint(pod, some.NodeName)
-	}
-}
-
-// hint notes that node's report may carry a line of pod. memberIndex.mu must be held.
-func (ns *namespaceIndex) hint(pod, node string) {
-	nodes := ns.hints[pod]
-	if nodes == nil {
-		nodes = map[string]bool{}
-		ns.hints[pod] = nodes
-	}
-	nodes[node] = true
-}
-
-// changedLines names the pods whose line differs between two versions of a node report.
-func changedLines(old, rep *resiliencev1alpha1.NodeBreakerReport) []string {
-	lines := func(r *resiliencev1alpha1.NodeBreakerReport) map[string][]*resiliencev1alpha1.NodePodReport {
-		out := map[string][]*resiliencev1alpha1.NodePodReport{}
-		if r != nil {
-			for k := range r.Pods {
-				out[r.Pods[k].Name] = append(out[r.Pods[k].Name], &r.Pods[k])
-			}
-		}
-		return out
-	}
-	before, after := lines(old), lines(rep)
-	var changed []string
-	for pod, a := range after {
-		if !equality.Semantic.DeepEqual(a, before[pod]) {
-			changed = append(changed, pod)
-		}
-	}
-	for pod := range before {
-		if _, ok := after[pod]; !ok {
-			changed = append(changed, pod)
-		}
-	}
-	return changed
-}
-
-// markPod marks the pod of that name dirty if the index holds anything of it, and says
-// whether it did: a pod nothing reports for changes nothing.
-func (i *memberIndex) markPod(namespace, pod string) bool {
+// markPod marks dirty what a pod's change may change: its own report, if the index holds
+// one, and its node's, if the index holds one. It says whether it marked anything: a pod
+// nothing reports for changes nothing.
+func (i *entryIndex) markPod(namespace, pod, node string) bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	ns := i.namespaces[namespace]
 	if ns == nil {
 		return false
 	}
-	_, derived := ns.pods[pod]
-	_, hinted := ns.hints[pod]
-	if !derived && !hinted && !ns.dirty[pod] {
-		return false
+	marked := false
+	for _, c := range []carrier{{pod: pod}, {node: node}} {
+		if c == (carrier{}) {
+			continue
+		}
+		if _, known := ns.carriers[c]; known || ns.dirty[c] || (c.pod != "" && ns.gone[c.pod] != nil) {
+			ns.dirty[c] = true
+			marked = true
+		}
 	}
-	ns.dirty[pod] = true
-	return true
+	return marked
 }
 
-// markAgent marks dirty every pod that node's report counts, in every namespace, after a
-// change of the node's agent pods; gone says the node was seen to lose one. It returns
-// the namespaces marked.
-func (i *memberIndex) markAgent(node string, gone bool, now time.Time) []string {
+// markAgent marks dirty node's report in every namespace, after a change of the node's
+// agent pods; gone says the node was seen to lose one. It returns the namespaces marked.
+func (i *entryIndex) markAgent(node string, gone bool, now time.Time) []string {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if gone {
@@ -224,11 +163,8 @@ func (i *memberIndex) markAgent(node string, gone bool, now time.Time) []string 
 	}
 	var marked []string
 	for name, ns := range i.namespaces {
-		pods := ns.byNode[node]
-		for pod := range pods {
-			ns.dirty[pod] = true
-		}
-		if len(pods) > 0 {
+		if _, ok := ns.carriers[carrier{node: node}]; ok {
+			ns.dirty[carrier{node: node}] = true
 			marked = append(marked, name)
 		}
 	}
@@ -238,7 +174,7 @@ func (i *memberIndex) markAgent(node string, gone bool, now time.Time) []string 
 
 // missingSince returns since when node has been known to have no agent pod, recording now
 // when it was not known yet; a node found with an agent is forgotten.
-func (i *memberIndex) missingSince(node string, hasAgent bool, now time.Time) time.Time {
+func (i *entryIndex) missingSince(node string, hasAgent bool, now time.Time) time.Time {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if hasAgent {
@@ -256,146 +192,142 @@ func (i *memberIndex) missingSince(node string, hasAgent bool, now time.Time) ti
 	return since
 }
 
-// takeDirty returns the pods to derive again, and the nodes that hint at lines of each,
-// and clears them: the pods of nodes whose agent's grace ended by now are among them.
-func (i *memberIndex) takeDirty(ns *namespaceIndex, now time.Time) map[string][]string {
+// takeDirty returns the carriers to derive again and clears them: the nodes whose agent's
+// grace ended by now are among them.
+func (i *entryIndex) takeDirty(ns *namespaceIndex, now time.Time) []carrier {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	for node, end := range ns.deadlines {
 		if !now.Before(end) {
-			for pod := range ns.byNode[node] {
-				ns.dirty[pod] = true
-			}
+			ns.dirty[carrier{node: node}] = true
 			delete(ns.deadlines, node)
 		}
 	}
-	out := make(map[string][]string, len(ns.dirty))
-	for pod := range ns.dirty {
-		var nodes []string
-		for node := range ns.hints[pod] {
-			nodes = append(nodes, node)
-		}
-		slices.Sort(nodes)
-		out[pod] = nodes
+	out := make([]carrier, 0, len(ns.dirty))
+	for c := range ns.dirty {
+		out = append(out, c)
 	}
 	clear(ns.dirty)
 	return out
 }
 
-// derived is one pod's derivation: what counts of it, and which hinted nodes turned out to
-// carry no line of it.
+// derived is one carrier's derivation: what counts of it (nil: it has no report), the
+// report to delete, what the cache bounded, and when its node's agent's grace ends.
 type derived struct {
-	state      *podState // nil: nothing speaks for the pod
-	noLineOn   []string
-	agentUntil time.Time // when its node's agent's grace ends, if it is in one
+	entries    []counting.Entry
+	exists     bool
+	gone       *resiliencev1alpha1.BreakerReport
+	capped     []string
+	agentUntil time.Time
 }
 
-// apply stores the derivations of pods, keeping the breakers whose members did not change
-// as they were, snapshots included.
-func (i *memberIndex) apply(ns *namespaceIndex, pods map[string]derived) {
+// apply stores the derivations, keeping the breakers whose entries did not change as they
+// were, snapshots included.
+func (i *entryIndex) apply(ns *namespaceIndex, results map[carrier]derived) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	for name, d := range pods {
-		// A pod marked again since its derivation read the cache may have a line there
-		// now: the event that wrote it added the hint, which must stay for the next.
-		for _, node := range d.noLineOn {
-			if !ns.dirty[name] {
-				delete(ns.hints[name], node)
+	for c, d := range results {
+		byBreaker := map[string][]counting.Entry{}
+		for _, e := range d.entries {
+			byBreaker[e.Breaker] = append(byBreaker[e.Breaker], e)
+		}
+		ns.replace(c, byBreaker)
+		if d.exists {
+			ns.carriers[c] = byBreaker
+		} else {
+			delete(ns.carriers, c)
+		}
+		if c.pod != "" {
+			delete(ns.gone, c.pod)
+			if d.gone != nil {
+				ns.gone[c.pod] = d.gone
 			}
-		}
-		if len(ns.hints[name]) == 0 {
-			delete(ns.hints, name)
-		}
-		old := ns.pods[name]
-		if old != nil && old.node != "" {
-			delete(ns.byNode[old.node], name)
-			if len(ns.byNode[old.node]) == 0 {
-				delete(ns.byNode, old.node)
-			}
-		}
-		ns.replaceMembers(name, old, d.state)
-		delete(ns.gone, name)
-		delete(ns.misbound, name)
-		if d.state == nil {
-			delete(ns.pods, name)
 			continue
 		}
-		ns.pods[name] = d.state
-		if n := d.state.node; n != "" {
-			if ns.byNode[n] == nil {
-				ns.byNode[n] = map[string]bool{}
-			}
-			ns.byNode[n][name] = true
-			if !d.agentUntil.IsZero() {
-				ns.deadlines[n] = d.agentUntil
-			}
+		delete(ns.capped, c.node)
+		if len(d.capped) > 0 {
+			ns.capped[c.node] = d.capped
 		}
-		if d.state.gone != nil {
-			ns.gone[name] = d.state.gone
-		}
-		if len(d.state.misbound) > 0 {
-			ns.misbound[name] = d.state.misbound
+		if !d.agentUntil.IsZero() {
+			ns.deadlines[c.node] = d.agentUntil
 		}
 	}
 }
 
-// replaceMembers puts the pod's new members in place of its old ones in each breaker they
+// replace puts a carrier's new entries in place of its old ones in each breaker they
 // name, dropping the snapshot of each breaker that changed.
-func (ns *namespaceIndex) replaceMembers(pod string, old, fresh *podState) {
-	var before, after []member
-	if old != nil {
-		before = old.members
-	}
-	if fresh != nil {
-		after = fresh.members
-	}
-	for _, m := range before {
-		if slices.ContainsFunc(after, func(n member) bool { return n.entry.Name == m.entry.Name }) {
+func (ns *namespaceIndex) replace(c carrier, fresh map[string][]counting.Entry) {
+	for name := range ns.carriers[c] {
+		if _, ok := fresh[name]; ok {
 			continue
 		}
-		if b := ns.breakers[m.entry.Name]; b != nil {
-			delete(b.members, pod)
+		if b := ns.breakers[name]; b != nil {
+			delete(b.entries, c)
 			b.snap = nil
-			if len(b.members) == 0 {
-				delete(ns.breakers, m.entry.Name)
+			if len(b.entries) == 0 {
+				delete(ns.breakers, name)
 			}
 		}
 	}
-	for _, m := range after {
-		b := ns.breakers[m.entry.Name]
+	for name, entries := range fresh {
+		b := ns.breakers[name]
 		if b == nil {
-			b = &breakerMembers{members: map[string]member{}}
-			ns.breakers[m.entry.Name] = b
+			b = &breakerEntries{entries: map[carrier][]counting.Entry{}}
+			ns.breakers[name] = b
 		}
-		if prev, ok := b.members[pod]; ok && sameMember(prev, m) {
+		if prev, ok := b.entries[c]; ok && sameEntries.DeepEqual(prev, entries) {
 			continue
 		}
-		b.members[pod] = m
+		b.entries[c] = entries
 		b.snap = nil
 	}
 }
 
-// sameMember reports whether two members of one pod say the same.
-func sameMember(a, b member) bool {
-	return a.since.Equal(b.since) && a.revision == b.revision && equality.Semantic.DeepEqual(a.entry, b.entry)
+// sameEntries compares entries: their times by the instant they name.
+var sameEntries = conversion.EqualitiesOrDie(func(a, b time.Time) bool { return a.Equal(b) })
+
+// namespaceReports is what a reconcile of a namespace reads: each breaker's entries, the
+// reports of pods that are gone, and what the cache bounded of each node's report.
+type namespaceReports struct {
+	byBreaker map[string][]counting.Entry
+	// snapshots are the index's snapshots of byBreaker's entries, which remember their
+	// aggregate (view); a breaker without one is aggregated afresh.
+	snapshots map[string]*entrySnapshot
+	// oddShape names, by breaker, the carriers whose entries have the shape (breaker Group
+	// or plain) the others' do not have: left out of byBreaker.
+	oddShape map[string][]string
+	// gone are the reports whose pod no longer exists (or is another pod of the same
+	// name): the garbage collector deletes them in a real cluster, in its own time.
+	gone []resiliencev1alpha1.BreakerReport
+	// capped says, by node, what its report claimed beyond what the cache has bound to it.
+	capped map[string][]string
 }
 
-// read returns what a reconcile of the namespace reads: the snapshot of each named breaker
-// (made if the members changed), the reports to delete, the pods that nodes claim wrongly
-// (by node), and when the next agent's grace ends (zero: none).
-func (i *memberIndex) read(ns *namespaceIndex, breakers []string) (namespaceReports, time.Time) {
+// view is what the entries of cb add up to.
+func (n namespaceReports) view(cb *resiliencev1alpha1.CircuitBreaker) counting.View {
+	if s := n.snapshots[cb.Name]; s != nil {
+		return s.view(cb)
+	}
+	v := counting.Aggregate(cb, n.byBreaker[cb.Name])
+	v.OddShape = n.oddShape[cb.Name]
+	return v
+}
+
+// read returns what a reconcile of the namespace reads for the named breakers, and when
+// the next agent's grace ends (zero: none).
+func (i *entryIndex) read(ns *namespaceIndex, breakers []string) (namespaceReports, time.Time) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	out := namespaceReports{byBreaker: map[string][]member{}, snapshots: map[string]*memberSnapshot{}}
+	out := namespaceReports{byBreaker: map[string][]counting.Entry{}, snapshots: map[string]*entrySnapshot{}}
 	for _, name := range breakers {
 		b := ns.breakers[name]
 		if b == nil {
 			continue
 		}
 		if b.snap == nil {
-			b.snap = snapshotOf(b.members)
+			b.snap = snapshotOf(b.entries)
 		}
-		out.byBreaker[name] = b.snap.members
+		out.byBreaker[name] = b.snap.entries
 		out.snapshots[name] = b.snap
 		if len(b.snap.oddShape) > 0 {
 			if out.oddShape == nil {
@@ -408,16 +340,11 @@ func (i *memberIndex) read(ns *namespaceIndex, breakers []string) (namespaceRepo
 		out.gone = append(out.gone, *rep)
 	}
 	slices.SortFunc(out.gone, func(a, b resiliencev1alpha1.BreakerReport) int { return strings.Compare(a.Name, b.Name) })
-	for pod, nodes := range ns.misbound {
-		for _, node := range nodes {
-			if out.misbound == nil {
-				out.misbound = map[string][]string{}
-			}
-			out.misbound[node] = append(out.misbound[node], pod)
+	for node, capped := range ns.capped {
+		if out.capped == nil {
+			out.capped = map[string][]string{}
 		}
-	}
-	for _, pods := range out.misbound {
-		slices.Sort(pods)
+		out.capped[node] = capped
 	}
 	var next time.Time
 	for _, end := range ns.deadlines {
@@ -428,15 +355,24 @@ func (i *memberIndex) read(ns *namespaceIndex, breakers []string) (namespaceRepo
 	return out, next
 }
 
-// snapshotOf makes the snapshot of a breaker's members, the odd shape left out
-// (oddShapes). They are in no order: what aggregate makes of them does not depend on it
-// (its orders are total, its sums commute), and sorting thousands of members on each
-// change cost more than aggregating them.
-func snapshotOf(members map[string]member) *memberSnapshot {
-	all := make([]member, 0, len(members))
-	for _, m := range members {
-		all = append(all, m)
+// snapshotOf makes the snapshot of a breaker's entries, the odd shape left out
+// (counting.OddShapes). They are in carrier order, which the aggregate does not depend on
+// (its orders are total, its sums commute) but a test may read.
+func snapshotOf(entries map[carrier][]counting.Entry) *entrySnapshot {
+	carriers := make([]carrier, 0, len(entries))
+	for c := range entries {
+		carriers = append(carriers, c)
 	}
-	kept, odd := oddShapes(all)
-	return &memberSnapshot{members: kept, oddShape: odd}
+	slices.SortFunc(carriers, func(a, b carrier) int {
+		if c := strings.Compare(a.node, b.node); c != 0 {
+			return c
+		}
+		return strings.Compare(a.pod, b.pod)
+	})
+	var all []counting.Entry
+	for _, c := range carriers {
+		all = append(all, entries[c]...)
+	}
+	kept, odd := counting.OddShapes(all)
+	return &entrySnapshot{entries: kept, oddShape: odd}
 }

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Helpers of the specs of node reports (docs/design.md §9): Nodes, the node agents' pods
@@ -124,35 +127,53 @@ func impersonating(as rest.ImpersonationConfig) client.Client {
 	return cl
 }
 
-// boundPod returns the pod of that name, created first (bound to node) if missing.
-func boundPod(ctx context.Context, ns, name, node string) *corev1.Pod {
+// boundPod returns the pod of that name, created first (bound to node, wired to its agent
+// as the pod webhook wires it, with revision as its pod-template-hash when given) if
+// missing.
+func boundPod(ctx context.Context, ns, name, node string, revision ...string) *corev1.Pod {
 	pod := &corev1.Pod{}
 	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod); err == nil {
 		return pod
 	}
 	pod = &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app",
+			Env: []corev1.EnvVar{{Name: breakerconfig.EnvNodeAgent, Value: "http://10.96.0.10:8476"}}}}},
+	}
+	if len(revision) > 0 {
+		pod.Labels = map[string]string{"pod-template-hash": revision[0]}
 	}
 	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 	return pod
 }
 
 // nodeReport is node's report in ns as its agent writes it: named after the node, owned
-// by it, one line per pod.
-func nodeReport(ctx context.Context, ns, node string, lines ...resiliencev1alpha1.NodePodReport) *resiliencev1alpha1.NodeBreakerReport {
+// by it, one entry per breaker and revision.
+func nodeReport(ctx context.Context, ns, node string, entries ...resiliencev1alpha1.NodeBreakerEntry) *resiliencev1alpha1.NodeBreakerReport {
 	n := ensureNode(ctx, node)
 	return &resiliencev1alpha1.NodeBreakerReport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: node,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}}},
 		NodeName: node,
-		Pods:     lines,
+		Breakers: entries,
 	}
 }
 
-// podLine is the line of a pod in a node report.
-func podLine(pod *corev1.Pod, entries ...resiliencev1alpha1.BreakerReportEntry) resiliencev1alpha1.NodePodReport {
-	return resiliencev1alpha1.NodePodReport{Name: pod.Name, UID: pod.UID, Breakers: entries}
+// nodeEntry is a node's entry for breaker at no revision: pods pods, open of them open on
+// their own evidence (tripped at since), the rest closed, all on generation 1.
+func nodeEntry(breaker string, pods, open int32, since time.Time) resiliencev1alpha1.NodeBreakerEntry {
+	e := resiliencev1alpha1.NodeBreakerEntry{Name: breaker, Pods: pods, Closed: pods - open, Open: open, EarnedOpen: open,
+		ConfigGeneration: 1, OnLatestConfig: pods}
+	if open > 0 {
+		e.OpenSince = &metav1.MicroTime{Time: since}
+	}
+	return e
+}
+
+// notablePod is pod as a node entry names it: open since since.
+func notablePod(pod *corev1.Pod, since time.Time) resiliencev1alpha1.NotablePod {
+	return resiliencev1alpha1.NotablePod{Name: pod.Name, UID: pod.UID, Reason: tripped,
+		PodCircuit: resiliencev1alpha1.PodCircuit{State: open, Since: metav1.NewTime(since), ConfigGeneration: 1}}
 }
 
 // writeNodeReport creates or replaces the report as as.
@@ -212,7 +233,7 @@ var _ = Describe("NodeBreakerReport admission", func() {
 		Expect(pod.Create(ctx, nodeReport(ctx, ns, "node-c"))).To(Satisfy(apierrors.IsForbidden))
 		rep := nodeReport(ctx, ns, "node-a")
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(rep), rep)).To(Succeed())
-		rep.Pods = []resiliencev1alpha1.NodePodReport{{Name: "web", UID: "forged", Breakers: []resiliencev1alpha1.BreakerReportEntry{line("b", open, tripped, time.Now())}}}
+		rep.Breakers = []resiliencev1alpha1.NodeBreakerEntry{nodeEntry("b", 1, 1, time.Now())}
 		Expect(k8sClient.Update(ctx, rep)).To(refused("written only by the node agent"))
 		Expect(k8sClient.Delete(ctx, rep)).To(refused("written only by the node agent"))
 	})
@@ -261,95 +282,184 @@ var _ = Describe("NodeBreakerReport admission", func() {
 	})
 })
 
+var _ = Describe("NodeBreakerReport bounds", func() {
+	var ns string
+	BeforeEach(func(ctx SpecContext) {
+		ns = newNamespace(ctx)
+		policyEnforced(ctx, ns)
+	})
+
+	It("refuses counts that break the schema's bounds, naming them", func(ctx SpecContext) {
+		agent := asAgent(ctx, "node-a")
+		web := boundPod(ctx, ns, "web", "node-a")
+		for what, tc := range map[string]struct {
+			mutate func(*resiliencev1alpha1.NodeBreakerEntry)
+			says   string
+		}{
+			"more pods in a state than pods": {func(e *resiliencev1alpha1.NodeBreakerEntry) { e.Closed = 10 }, "closed, open and halfOpen together must be at most pods"},
+			"more earned Opens than Opens":   {func(e *resiliencev1alpha1.NodeBreakerEntry) { e.EarnedOpen = 3 }, "earnedOpen must be at most open"},
+			"more failures than calls":       {func(e *resiliencev1alpha1.NodeBreakerEntry) { e.Calls, e.Failures = 5, 6 }, "failures of a window are among its calls"},
+			"more accepts than requests":     {func(e *resiliencev1alpha1.NodeBreakerEntry) { e.Requests, e.Accepts = 5, 6 }, "accepts, retries and throttled must each be at most requests"},
+			"more notable pods than pods": {func(e *resiliencev1alpha1.NodeBreakerEntry) {
+				e.Notable = []resiliencev1alpha1.NotablePod{notablePod(web, time.Now()), notablePod(web, time.Now()), notablePod(web, time.Now())}
+			}, "notable may name at most pods pods"},
+			"a negative count":            {func(e *resiliencev1alpha1.NodeBreakerEntry) { e.HoldingVerdict = -1 }, "holdingVerdict"},
+			"more pods than a node holds": {func(e *resiliencev1alpha1.NodeBreakerEntry) { e.Pods = 5000 }, "pods"},
+		} {
+			e := nodeEntry("b", 2, 1, time.Now())
+			tc.mutate(&e)
+			err := writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a", e))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", what, err)
+			Expect(err).To(MatchError(ContainSubstring(tc.says)), what)
+		}
+	})
+
+	It("refuses a finalizer and oversized metadata, and lets the garbage collector delete what the agent wrote", func(ctx SpecContext) {
+		agent := asAgent(ctx, "node-a")
+		rep := nodeReport(ctx, ns, "node-a", nodeEntry("b", 1, 0, time.Now()))
+		rep.Finalizers = []string{"example.com/keep"}
+		Eventually(func() error { return writeNodeReport(ctx, agent, rep.DeepCopy()) }).Should(refused("may carry no finalizer"))
+		rep.Finalizers = nil
+		rep.Annotations = map[string]string{"bulk": strings.Repeat("x", 200<<10)}
+		Expect(writeNodeReport(ctx, agent, rep.DeepCopy())).To(refused("at most 16 labels and 16 annotations"))
+		many := map[string]string{}
+		for i := range 17 {
+			many[fmt.Sprintf("k%d", i)] = "v"
+		}
+		rep.Annotations = many
+		Expect(writeNodeReport(ctx, agent, rep.DeepCopy())).To(refused("at most 16 labels and 16 annotations"))
+		rep.Annotations = map[string]string{"note": "small"}
+		Expect(writeNodeReport(ctx, agent, rep.DeepCopy())).To(Succeed())
+		Expect(asGarbageCollector().Delete(ctx, nodeReport(ctx, ns, "node-a"))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(rep), &resiliencev1alpha1.NodeBreakerReport{}))
+		}).Should(BeTrue(), "nothing held it back")
+	})
+})
+
 var _ = Describe("Counting node reports", func() {
 	var ns string
 	BeforeEach(func(ctx SpecContext) { ns = newNamespace(ctx) })
 
-	members := func(g Gomega, ctx context.Context, name string) *resiliencev1alpha1.MemberCounts {
+	counts := func(g Gomega, ctx context.Context, name string) resiliencev1alpha1.MemberCounts {
 		cb := getBreaker(g, ctx, ns, name)
 		g.Expect(cb.Status.MemberCounts).NotTo(BeNil())
-		return cb.Status.MemberCounts
+		return *cb.Status.MemberCounts
 	}
 
-	It("drops the line of a pod bound to another node, and says so with an Event", func(ctx SpecContext) {
+	It("counts an entry for no more pods than the node runs, drops notable pods bound elsewhere, and says so with an Event", func(ctx SpecContext) {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "carts"))).To(Succeed())
 		agent := asAgent(ctx, "node-a")
 		setAgentReady(ctx, "node-a", corev1.ConditionTrue, time.Now())
-		here, elsewhere := boundPod(ctx, ns, "here", "node-a"), boundPod(ctx, ns, "elsewhere", "node-b")
-		Eventually(func() error {
-			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a",
-				podLine(here, line("carts", closed, started, time.Now())),
-				podLine(elsewhere, line("carts", open, tripped, time.Now()))))
-		}).Should(Succeed())
-		onlyHere := func(g Gomega) {
+		here, there := boundPod(ctx, ns, "here", "node-a"), boundPod(ctx, ns, "here-too", "node-a")
+		elsewhere := boundPod(ctx, ns, "elsewhere", "node-b")
+		now := time.Now()
+		claim := nodeEntry("carts", 10, 10, now)
+		claim.Notable = []resiliencev1alpha1.NotablePod{notablePod(here, now), notablePod(elsewhere, now)}
+		Eventually(func() error { return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a", claim)) }).Should(Succeed())
+		capped := func(g Gomega) {
 			cb := getBreaker(g, ctx, ns, "carts")
-			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 1, Closed: 1, OnLatestConfig: 1}))
+			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 2, Open: 2, OnLatestConfig: 2}))
 			g.Expect(listedPods(cb)).To(Equal([]string{"here"}))
-			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateClosed))
+			g.Expect(cb.Status.Members[0].Node).To(Equal("node-a"))
+			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateOpen))
 		}
-		Eventually(onlyHere).Should(Succeed())
-		Eventually(func() []string { return eventNotes(ctx, ns, "node-a", resiliencev1alpha1.EventPodNotOnNode) }).Should(
-			ConsistOf("1 pods this report claims are not bound to node node-a, so their lines count for nothing: elsewhere"))
-		Consistently(onlyHere, "2s").Should(Succeed())
+		Eventually(capped).Should(Succeed())
+		Eventually(func() []string { return eventNotes(ctx, ns, "node-a", resiliencev1alpha1.EventPodNotOnNode) }).Should(ConsistOf(
+			`This report claims pods that node node-a does not run; each entry counts for the node's own pods alone: carts at revision "": 10 pods claimed, 2 counted, notable pods not bound here: elsewhere`))
+		Consistently(capped, "2s").Should(Succeed())
 
-		By("a pod bound to no node is not the node's either")
-		pending := ensurePod(ctx, ns, "pending")
-		Expect(writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a",
-			podLine(here, line("carts", closed, started, time.Now())),
-			podLine(elsewhere, line("carts", open, tripped, time.Now())),
-			podLine(pending, line("carts", open, tripped, time.Now()))))).To(Succeed())
-		Consistently(onlyHere, "2s").Should(Succeed())
+		By("a third pod bound to the node raises what the entry counts for, with no report written")
+		boundPod(ctx, ns, "third", "node-a")
+		Eventually(func(g Gomega) { g.Expect(counts(g, ctx, "carts").Reporting).To(BeEquivalentTo(3)) }).Should(Succeed())
+
+		By("a pod that finished counts no more")
+		setPhase(ctx, ns, there.Name, corev1.PodSucceeded)
+		Eventually(func(g Gomega) { g.Expect(counts(g, ctx, "carts").Reporting).To(BeEquivalentTo(2)) }).Should(Succeed())
 	})
 
-	It("counts a pod reported both ways once, its node's line first", func(ctx SpecContext) {
+	It("counts each revision's entry for the pods of that revision the node runs", func(ctx SpecContext) {
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "orders"))).To(Succeed())
+		agent := asAgent(ctx, "node-a")
+		setAgentReady(ctx, "node-a", corev1.ConditionTrue, time.Now())
+		boundPod(ctx, ns, "old-1", "node-a", "r1")
+		boundPod(ctx, ns, "old-2", "node-a", "r1")
+		boundPod(ctx, ns, "new-1", "node-a", "r2")
+		old, fresh := nodeEntry("orders", 2, 0, time.Now()), nodeEntry("orders", 3, 3, time.Now())
+		old.Revision, fresh.Revision = "r1", "r2"
+		Eventually(func() error { return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a", old, fresh)) }).Should(Succeed())
+		Eventually(func(g Gomega) {
+			cb := getBreaker(g, ctx, ns, "orders")
+			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 3, Closed: 2, Open: 1, OnLatestConfig: 3}))
+			g.Expect(cb.Status.Revisions).To(HaveLen(2))
+			g.Expect(cb.Status.Revisions[0]).To(And(HaveField("Revision", "r1"), HaveField("Pods", BeEquivalentTo(2)), HaveField("State", resiliencev1alpha1.StateClosed)))
+			g.Expect(cb.Status.Revisions[1]).To(And(HaveField("Revision", "r2"), HaveField("Pods", BeEquivalentTo(1)), HaveField("State", resiliencev1alpha1.StateOpen)))
+		}).Should(Succeed())
+	})
+
+	It("counts a pod reported both ways once: a pod wired to its node's agent by its node alone", func(ctx SpecContext) {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "ledger"))).To(Succeed())
 		agent := asAgent(ctx, "node-a")
 		setAgentReady(ctx, "node-a", corev1.ConditionTrue, time.Now())
-		web := boundPod(ctx, ns, "web", "node-a")
+		boundPod(ctx, ns, "web", "node-a")
+		ensurePod(ctx, ns, "plain") // not wired to an agent: its own report counts
 		reports(ctx, ns, "web", entry("ledger", "Closed", "Started", time.Now(), 1))
+		reports(ctx, ns, "plain", entry("ledger", "Closed", "Started", time.Now(), 1))
 		Eventually(func(g Gomega) {
-			g.Expect(*members(g, ctx, "ledger")).To(Equal(resiliencev1alpha1.MemberCounts{Reporting: 1, Closed: 1, OnLatestConfig: 1}))
+			g.Expect(counts(g, ctx, "ledger")).To(Equal(resiliencev1alpha1.MemberCounts{Reporting: 1, Closed: 1, OnLatestConfig: 1}), "only plain's own report")
 		}).Should(Succeed())
 
 		Eventually(func() error {
-			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a", podLine(web, line("ledger", open, tripped, time.Now()))))
+			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a", nodeEntry("ledger", 1, 1, time.Now())))
 		}).Should(Succeed())
 		once := func(g Gomega) {
 			cb := getBreaker(g, ctx, ns, "ledger")
-			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 1, Open: 1, OnLatestConfig: 1}))
+			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 2, Closed: 1, Open: 1, OnLatestConfig: 2}))
 			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateOpen))
-			g.Expect(listedPods(cb)).To(Equal([]string{"web"}))
 		}
 		Eventually(once).Should(Succeed())
 		Consistently(once, "2s").Should(Succeed())
 		Expect(reportExists(ctx, ns, "web")).To(BeTrue(), "the pod's own report is its own: not pruned")
-
-		By("the node's line going, the pod's own report counts again")
-		Expect(writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a"))).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(*members(g, ctx, "ledger")).To(Equal(resiliencev1alpha1.MemberCounts{Reporting: 1, Closed: 1, OnLatestConfig: 1}))
-		}).Should(Succeed())
 	})
 
-	It("counts a pod its node's report repeats, or a breaker a line repeats, once: the first", func(ctx SpecContext) {
-		// The report's lists are atomic, so the API server keeps no key unique in them.
-		Expect(k8sClient.Create(ctx, newBreaker(ns, "search"))).To(Succeed())
+	It("counts a breaker and revision a report repeats once: the first", func(ctx SpecContext) {
+		// The list is atomic, so the API server keeps no pair unique in it.
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "dup"))).To(Succeed())
 		agent := asAgent(ctx, "node-a")
 		setAgentReady(ctx, "node-a", corev1.ConditionTrue, time.Now())
-		web, api := boundPod(ctx, ns, "web", "node-a"), boundPod(ctx, ns, "api", "node-a")
+		for i := range 4 {
+			boundPod(ctx, ns, fmt.Sprintf("web-%d", i), "node-a")
+		}
 		Eventually(func() error {
-			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a",
-				podLine(web, line("search", closed, started, time.Now())),
-				podLine(web, line("search", open, tripped, time.Now())),
-				podLine(api, line("search", closed, started, time.Now()), line("search", open, tripped, time.Now()))))
+			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a", nodeEntry("dup", 2, 0, time.Now()), nodeEntry("dup", 2, 2, time.Now())))
 		}).Should(Succeed())
 		once := func(g Gomega) {
-			cb := getBreaker(g, ctx, ns, "search")
-			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 2, Closed: 2, OnLatestConfig: 2}))
-			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateClosed))
+			g.Expect(getBreaker(g, ctx, ns, "dup").Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 2, Closed: 2, OnLatestConfig: 2}))
 		}
 		Eventually(once).Should(Succeed())
 		Consistently(once, "2s").Should(Succeed())
+	})
+
+	It("costs the operator no read around its cache, whatever a node report claims", func(ctx SpecContext) {
+		Expect(k8sClient.Create(ctx, newBreaker(ns, "search"))).To(Succeed())
+		agent := asAgent(ctx, "node-a")
+		setAgentReady(ctx, "node-a", corev1.ConditionTrue, time.Now())
+		boundPod(ctx, ns, "real", "node-a")
+		before := liveReads.in(ns)
+		for i := range 10 {
+			e := nodeEntry("search", resiliencev1alpha1.MaxNodePods, resiliencev1alpha1.MaxNodePods, time.Now())
+			for k := range resiliencev1alpha1.MaxNotablePods {
+				e.Notable = append(e.Notable, resiliencev1alpha1.NotablePod{Name: fmt.Sprintf("ghost-%d-%d", i, k), UID: types.UID(fmt.Sprintf("ghost-uid-%d-%d", i, k)),
+					Reason: tripped, PodCircuit: resiliencev1alpha1.PodCircuit{State: open, Since: metav1.Now()}})
+			}
+			Eventually(func() error { return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-a", e)) }).Should(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			cb := getBreaker(g, ctx, ns, "search")
+			g.Expect(cb.Status.MemberCounts).To(Equal(&resiliencev1alpha1.MemberCounts{Reporting: 1, Open: 1, OnLatestConfig: 1}))
+			g.Expect(cb.Status.Members).To(BeEmpty(), "no ghost is listed")
+		}).Should(Succeed())
+		Expect(liveReads.in(ns)-before).To(BeZero(), "reads around the cache")
 	})
 
 	It("counts nothing of a node whose agent has not been Ready for the grace, and counts it again once Ready", func(ctx SpecContext) {
@@ -357,12 +467,12 @@ var _ = Describe("Counting node reports", func() {
 		Expect(k8sClient.Create(ctx, newBreaker(ns, "search"))).To(Succeed())
 		agent := asAgent(ctx, "node-c")
 		setAgentReady(ctx, "node-c", corev1.ConditionTrue, time.Now())
-		web := boundPod(ctx, ns, "web", "node-c")
+		boundPod(ctx, ns, "web", "node-c")
 		Eventually(func() error {
-			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-c", podLine(web, line("search", open, tripped, time.Now()))))
+			return writeNodeReport(ctx, agent, nodeReport(ctx, ns, "node-c", nodeEntry("search", 1, 1, time.Now())))
 		}).Should(Succeed())
 		counted := func(g Gomega) {
-			g.Expect(members(g, ctx, "search").Reporting).To(BeEquivalentTo(1))
+			g.Expect(counts(g, ctx, "search").Reporting).To(BeEquivalentTo(1))
 			g.Expect(getBreaker(g, ctx, ns, "search").Status.State).To(Equal(resiliencev1alpha1.StateOpen))
 		}
 		Eventually(counted).Should(Succeed())

@@ -14,6 +14,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -66,13 +67,17 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 		o := outcome{breaker: cb, override: overrideAt(cb, now, firstSeen)}
 		var verdict *breakerconfig.Verdict
 		if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
-			verdict = keepPublishedStart(published[key], decideFleet(cb, reports.byBreaker[cb.Name]).verdict)
+			verdict = keepPublishedStart(published[key], counting.DecideFleet(cb, reports.byBreaker[cb.Name]).Verdict)
 		}
-		var traffic fleetTraffic
-		if usesTraffic(cb) {
-			traffic = trafficOf(cb, reports.byBreaker[cb.Name])
+		var counted fleetCounts
+		if counting.UsesTraffic(cb) {
+			counted.traffic = counting.TrafficOf(cb, reports.byBreaker[cb.Name])
 		}
-		c, err := render(cb, verdict, traffic)
+		if counting.UsesConcurrency(cb) {
+			counted.concurrency = counting.ConcurrencyOf(cb, reports.byBreaker[cb.Name])
+			counted.shareGeneration = shareGeneration(published[key], counted.concurrency)
+		}
+		c, err := render(cb, verdict, counted)
 		if err == nil {
 			applyOverride(&c, o.override)
 			var doc []byte
@@ -102,7 +107,7 @@ func planConfig(now time.Time, breakers []resiliencev1alpha1.CircuitBreaker, cm 
 // the namespace (at 5,000 pods, one incident re-published its verdict four times and its
 // recovery seven, each a 5,000-event watch fan-out), while a move this small shortens or
 // lengthens no pod's open period by more than the clock skew the fleet rule already
-// tolerates (maxClockSkew).
+// tolerates (counting.MaxClockSkew).
 const retimeTolerance = time.Second
 
 // keepPublishedStart returns the published verdict in place of v when v is the same

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
@@ -31,7 +32,7 @@ func TestRenderEveryField(t *testing.T) {
 		},
 	}
 	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC)}
-	c, err := render(cb, verdict, fleetTraffic{})
+	c, err := render(cb, verdict, fleetCounts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +74,12 @@ func TestRenderEveryField(t *testing.T) {
 func TestRenderVerdictOnlyForFleet(t *testing.T) {
 	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Now()}
 	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u1"}}
-	c, err := render(cb, verdict, fleetTraffic{})
+	c, err := render(cb, verdict, fleetCounts{})
 	if err != nil || c.Verdict != nil || c.UID != "u1" {
 		t.Errorf("Pod scope: %+v, %v; want no verdict and the UID", c, err)
 	}
 	cb.Spec.Scope = resiliencev1alpha1.ScopeFleet
-	if c, err := render(cb, verdict, fleetTraffic{}); err != nil || c.Verdict != verdict {
+	if c, err := render(cb, verdict, fleetCounts{}); err != nil || c.Verdict != verdict {
 		t.Errorf("Fleet scope: %+v, %v; want the verdict", c, err)
 	}
 }
@@ -86,7 +87,7 @@ func TestRenderVerdictOnlyForFleet(t *testing.T) {
 // The rendered config carries the fleet verdict that the reports make.
 func TestPlanConfigPublishesTheFleetVerdict(t *testing.T) {
 	cb := *fleetBreaker(0)
-	reports := namespaceReports{byBreaker: map[string][]member{"b": {at("x", open, tripped, 5*time.Second), at("y", closed, started, 0)}}}
+	reports := namespaceReports{byBreaker: map[string][]counting.Entry{"b": entriesOf([]member{at("x", open, tripped, 5*time.Second), at("y", closed, started, 0)})}}
 	plan := planConfig(t0, []resiliencev1alpha1.CircuitBreaker{cb}, nil, reports, nil)
 	c, err := breakerconfig.Parse([]byte(plan.data["b.json"]))
 	if err != nil {
@@ -104,7 +105,7 @@ func TestPlanConfigKeepsAVerdictsPublishedStart(t *testing.T) {
 	cb := *fleetBreaker(0)
 	planAt := func(cm *corev1.ConfigMap, ms ...member) configPlan {
 		t.Helper()
-		return planConfig(t0, []resiliencev1alpha1.CircuitBreaker{cb}, cm, namespaceReports{byBreaker: map[string][]member{"b": ms}}, nil)
+		return planConfig(t0, []resiliencev1alpha1.CircuitBreaker{cb}, cm, namespaceReports{byBreaker: map[string][]counting.Entry{"b": entriesOf(ms)}}, nil)
 	}
 	first := planAt(nil, at("x", open, tripped, 5*time.Second))
 	published := &corev1.ConfigMap{Data: first.data}
@@ -146,7 +147,7 @@ func TestRenderRatioConversion(t *testing.T) {
 	for percent, want := range map[int32]float64{1: 0.01, 33: 0.33, 50: 0.5, 99: 0.99, 100: 1} {
 		cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 			Spec: resiliencev1alpha1.CircuitBreakerSpec{FailureRatePercent: ptr.To(percent)}}
-		c, err := render(cb, nil, fleetTraffic{})
+		c, err := render(cb, nil, fleetCounts{})
 		if err != nil {
 			t.Fatalf("%d%%: %v", percent, err)
 		}
@@ -159,14 +160,16 @@ func TestRenderRatioConversion(t *testing.T) {
 // An object stored without defaults (created before a default existed, or
 // written around admission) renders with the documented defaults.
 func TestRenderMissingFieldsGetDefaults(t *testing.T) {
-	c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 1}}, nil, fleetTraffic{})
+	c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "bare", Generation: 1}}, nil, fleetCounts{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := breakerconfig.Config{
 		Name: "bare", Generation: 1,
-		OpenTimeout: breakerconfig.Duration(30 * time.Second), Window: breakerconfig.Duration(10 * time.Second),
-		FailureRatio: 0.5, MinimumThroughput: 20, SuccessThreshold: 2, HalfOpenPermittedCalls: 1,
+		Policy: breakerconfig.Policy{
+			OpenTimeout: breakerconfig.Duration(30 * time.Second), Window: breakerconfig.Duration(10 * time.Second),
+			FailureRatio: 0.5, MinimumThroughput: 20, SuccessThreshold: 2, HalfOpenPermittedCalls: 1,
+		},
 		Mode: "Enforce", Scope: "Pod",
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -186,7 +189,7 @@ func TestRenderRefusesWhatTheLibraryWould(t *testing.T) {
 		"zero minimum":     {MinimumThroughput: ptr.To[int32](0)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec}, nil, fleetTraffic{})
+			_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: spec}, nil, fleetCounts{})
 			if err == nil {
 				t.Fatal("rendered; want an error")
 			}
@@ -226,11 +229,11 @@ func TestPlanConfigKeepsLastGoodAndDropsStrays(t *testing.T) {
 }
 
 func TestRenderRefusesANameNoKeyHolds(t *testing.T) {
-	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength+1)}}, nil, fleetTraffic{})
+	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength+1)}}, nil, fleetCounts{})
 	if err == nil || !strings.HasPrefix(err.Error(), "metadata.name") {
 		t.Errorf("error %v, want one naming metadata.name", err)
 	}
-	if _, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength)}}, nil, fleetTraffic{}); err != nil {
+	if _, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("n", breakerconfig.MaxKeyNameLength)}}, nil, fleetCounts{}); err != nil {
 		t.Errorf("the longest name that fits: %v", err)
 	}
 }
@@ -251,7 +254,8 @@ func TestSetReadyCondition(t *testing.T) {
 	}
 }
 
-// The fields of docs/design.md §5.13 render as §4 shows them, and read back to the same config.
+// The fields of docs/design.md §5.13 render as §4 shows them, among the policy's fields,
+// and read back to the same config.
 func TestRenderSlowCallsAndBackoff(t *testing.T) {
 	cb := &resiliencev1alpha1.CircuitBreaker{
 		ObjectMeta: metav1.ObjectMeta{Name: "search", Generation: 2},
@@ -265,7 +269,7 @@ func TestRenderSlowCallsAndBackoff(t *testing.T) {
 	}
 	verdict := &breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: time.Date(2026, 11, 29, 21, 55, 51, 123_000_000, time.UTC),
 		ConsecutiveOpens: 3, OpenTimeout: breakerconfig.Duration(40 * time.Second)}
-	c, err := render(cb, verdict, fleetTraffic{})
+	c, err := render(cb, verdict, fleetCounts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,11 +286,11 @@ func TestRenderSlowCallsAndBackoff(t *testing.T) {
   "minimumThroughput": 20,
   "successThreshold": 2,
   "halfOpenPermittedCalls": 1,
-  "mode": "Enforce",
-  "scope": "Fleet",
   "slowCallDuration": "1.5s",
   "slowCallRatio": 0.8,
   "maxOpenTimeout": "5m0s",
+  "mode": "Enforce",
+  "scope": "Fleet",
   "verdict": {
     "state": "Open",
     "since": "2026-11-29T21:55:51.123Z",
@@ -326,7 +330,7 @@ func TestRenderSlowCallRatioOnlyWithItsDuration(t *testing.T) {
 		{"both", resiliencev1alpha1.CircuitBreakerSpec{SlowCallDuration: &metav1.Duration{Duration: 5 * time.Millisecond}, SlowCallRatePercent: ptr.To[int32](1)}, 5 * time.Millisecond, 0.01},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: tc.spec}, nil, fleetTraffic{})
+			c, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: tc.spec}, nil, fleetCounts{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -346,12 +350,12 @@ func TestRenderSlowCallRatioOnlyWithItsDuration(t *testing.T) {
 // render, naming the field, and never published.
 func TestRenderRefusesABackoffBelowOpenTimeout(t *testing.T) {
 	_, err := render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
-		OpenTimeout: &metav1.Duration{Duration: time.Minute}, MaxOpenTimeout: &metav1.Duration{Duration: time.Second}}}, nil, fleetTraffic{})
+		OpenTimeout: &metav1.Duration{Duration: time.Minute}, MaxOpenTimeout: &metav1.Duration{Duration: time.Second}}}, nil, fleetCounts{})
 	if err == nil || !strings.HasPrefix(err.Error(), "spec") || !strings.Contains(err.Error(), "maxOpenTimeout") {
 		t.Errorf("error %v, want one naming spec and maxOpenTimeout", err)
 	}
 	_, err = render(&resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: resiliencev1alpha1.CircuitBreakerSpec{
-		SlowCallDuration: &metav1.Duration{Duration: -time.Second}}}, nil, fleetTraffic{})
+		SlowCallDuration: &metav1.Duration{Duration: -time.Second}}}, nil, fleetCounts{})
 	if err == nil || !strings.Contains(err.Error(), "slowCallDuration") {
 		t.Errorf("error %v, want one naming slowCallDuration", err)
 	}

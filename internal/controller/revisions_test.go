@@ -3,13 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
-	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -206,76 +204,3 @@ var _ = Describe("Per-revision status (issue 31)", func() {
 		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gone"}, &corev1.Pod{}))).To(BeTrue())
 	})
 })
-
-// The per-revision aggregate, pure: the fleet rule per revision, one pod, one share.
-func TestAggregateRevisions(t *testing.T) {
-	cb := &resiliencev1alpha1.CircuitBreaker{ObjectMeta: metav1.ObjectMeta{Name: "payments", CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))}}
-	memberOf := func(pod, revision, state, reason string, rate *int32) member {
-		e := resiliencev1alpha1.BreakerReportEntry{Name: "payments", Reason: reason, PodCircuit: resiliencev1alpha1.PodCircuit{
-			State: resiliencev1alpha1.State(state), Since: metav1.NewTime(t0), FailureRatePercent: rate}}
-		return member{pod: pod, revision: revision, entry: e, since: t0}
-	}
-	open, closed, halfOpen := string(open), string(closed), string(halfOpen)
-
-	t.Run("the fleet rule per revision, whatever the scope", func(t *testing.T) {
-		quorum := cb.DeepCopy()
-		quorum.Spec.FleetQuorumPercent = ptr.To[int32](50)
-		got := aggregateRevisions(quorum, []member{
-			memberOf("a-0", "a", open, breakerconfig.ReasonTripped, ptr.To[int32](90)),
-			memberOf("a-1", "a", closed, breakerconfig.ReasonStarted, nil),
-			memberOf("a-2", "a", closed, breakerconfig.ReasonStarted, nil),
-			memberOf("a-3", "a", closed, breakerconfig.ReasonStarted, nil),
-			memberOf("b-0", "b", open, breakerconfig.ReasonProbeFailed, ptr.To[int32](100)),
-			memberOf("b-1", "b", open, breakerconfig.ReasonManual, nil),
-			memberOf("c-0", "c", open, breakerconfig.ReasonAdopted, nil),
-			memberOf("c-1", "c", halfOpen, breakerconfig.ReasonTimedOut, nil),
-			memberOf("none", "", open, breakerconfig.ReasonTripped, nil),
-		})
-		want := []resiliencev1alpha1.RevisionStatus{
-			// One earned Open of four pods, below the 50 % quorum.
-			{Revision: "a", Pods: 4, State: resiliencev1alpha1.StateHalfOpen, Open: 1, FailureRatePercent: ptr.To[int32](90)},
-			{Revision: "b", Pods: 2, State: resiliencev1alpha1.StateOpen, Open: 2, FailureRatePercent: ptr.To[int32](100)},
-			// Adopted and timed out: open, but not of its own doing.
-			{Revision: "c", Pods: 2, State: resiliencev1alpha1.StateHalfOpen, Open: 0},
-		}
-		if !equality.Semantic.DeepEqual(got, want) {
-			t.Errorf("aggregateRevisions =\n%+v\nwant\n%+v", got, want)
-		}
-	})
-
-	t.Run("one pod cannot move its revision's calls or rate outside what the others report", func(t *testing.T) {
-		throttled := cb.DeepCopy()
-		throttled.Spec.Throttle = &resiliencev1alpha1.Throttle{K: ptr.To(2.0)}
-		var ms []member
-		for i := range 5 {
-			m := memberOf(fmt.Sprintf("p-%d", i), "a", closed, breakerconfig.ReasonStarted, nil)
-			m.entry.Requests, m.entry.Accepts = ptr.To[int64](100), ptr.To[int64](90)
-			ms = append(ms, m)
-		}
-		// The liar: a window of 10^12 calls that all failed, to pass the revision's
-		// failures off as enormous, or to drown them.
-		ms[4].entry.Requests, ms[4].entry.Accepts = ptr.To[int64](breakerconfig.MaxTrafficCount), ptr.To[int64](0)
-		got := aggregateRevisions(throttled, ms)
-		if len(got) != 1 || got[0].Calls == nil || *got[0].Calls != 4*100+4*100 {
-			t.Fatalf("calls %v, want the liar counted as 4 times the median pod's 100: 800", got)
-		}
-		// (4 × 10 failed + 400 failed) / 800 ran.
-		if r := got[0].FailureRatePercent; r == nil || *r != 55 {
-			t.Errorf("failure rate %v, want 55", r)
-		}
-		rates := []member{
-			memberOf("p-0", "a", open, breakerconfig.ReasonTripped, ptr.To[int32](60)),
-			memberOf("p-1", "a", open, breakerconfig.ReasonTripped, ptr.To[int32](70)),
-			memberOf("p-2", "a", open, breakerconfig.ReasonTripped, ptr.To[int32](100)),
-		}
-		if r := aggregateRevisions(cb, rates)[0].FailureRatePercent; r == nil || *r != 70 {
-			t.Errorf("rate %v, want the median, 70", r)
-		}
-	})
-
-	t.Run("none without revisions", func(t *testing.T) {
-		if got := aggregateRevisions(cb, []member{memberOf("bare", "", open, breakerconfig.ReasonTripped, nil)}); got != nil {
-			t.Errorf("aggregateRevisions = %v, want nil", got)
-		}
-	})
-}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
@@ -78,7 +79,7 @@ var _ = Describe("What one pod's traffic and text cannot do to the fleet (issue 
 	honestRange := func() (lo, hi float64) {
 		lo, hi = 1, 0
 		for i := range honest {
-			p := rejection(window{requests: 1000, accepts: honestAccepts(i)}, 2)
+			p := counting.Rejection(counting.Window{Requests: 1000, Accepts: honestAccepts(i)}, 2)
 			lo, hi = min(lo, p), max(hi, p)
 		}
 		return lo, hi
@@ -105,7 +106,7 @@ var _ = Describe("What one pod's traffic and text cannot do to the fleet (issue 
 		Eventually(func(g Gomega) {
 			f := publishedFleet(published(g, ctx, ns, name))
 			g.Expect(f).To(HaveKeyWithValue("pods", 10.0))
-			p := rejection(window{requests: int64(f["requests"].(float64)), accepts: int64(f["accepts"].(float64))}, 2)
+			p := counting.Rejection(counting.Window{Requests: int64(f["requests"].(float64)), Accepts: int64(f["accepts"].(float64))}, 2)
 			g.Expect(p).To(And(BeNumerically(">=", lo), BeNumerically("<=", hi)), "published %v", f)
 			g.Expect(quietRejection(g, ctx, ns, name)).To(And(BeNumerically(">=", lo-0.04), BeNumerically("<=", hi+0.04)))
 		}).Should(Succeed())
@@ -122,7 +123,7 @@ var _ = Describe("What one pod's traffic and text cannot do to the fleet (issue 
 			st := getBreaker(g, ctx, ns, "inflated").Status.Traffic
 			g.Expect(st).NotTo(BeNil())
 			g.Expect(st.Pods).To(BeEquivalentTo(10))
-			g.Expect(st.Requests).To(Equal(int64(honest*1000 + maxShareOfMedian*1000)))
+			g.Expect(st.Requests).To(Equal(int64(honest*1000+4*1000)), "the liar counts for 4 times the median pod")
 			g.Expect(*st.RetryPercent).To(And(BeNumerically(">=", 0), BeNumerically("<=", 100)))
 			g.Expect(*st.ThrottledPercent).To(And(BeNumerically(">=", 0), BeNumerically("<=", 100)))
 		}).Should(Succeed())
@@ -174,7 +175,7 @@ var _ = Describe("What one pod's traffic and text cannot do to the fleet (issue 
 		Eventually(func() error { return writeOwn(ctx, rogue, ownReport(ctx, ns, "rogue", refusal, group)) }).Should(Succeed())
 
 		clean := func(g Gomega, s string) {
-			g.Expect(printable(s)).To(BeTrue(), "%q", s)
+			g.Expect(counting.Text(s, len(s))).To(Equal(s), "%q is not plain text", s)
 			g.Expect(s).NotTo(ContainSubstring("[2J"))
 		}
 		Eventually(func(g Gomega) {
@@ -182,11 +183,11 @@ var _ = Describe("What one pod's traffic and text cannot do to the fleet (issue 
 			c := condition(cb, "ConfigApplied")
 			g.Expect(c.Reason).To(Equal(resiliencev1alpha1.ReasonMembersRejected))
 			g.Expect(c.Message).To(ContainSubstring("rogue: bad config: xxx"))
-			g.Expect(c.Message).To(HaveSuffix(truncated))
+			g.Expect(c.Message).To(HaveSuffix("…"))
 			clean(g, c.Message)
 			g.Expect(cb.Status.Members).To(HaveLen(1))
 			clean(g, cb.Status.Members[0].ConfigError)
-			g.Expect(utf8.RuneCountInString(cb.Status.Members[0].ConfigError)).To(Equal(maxConfigErrorText))
+			g.Expect(utf8.RuneCountInString(cb.Status.Members[0].ConfigError)).To(Equal(counting.MaxConfigErrorText))
 
 			keys := getBreaker(g, ctx, ns, "group").Status.Keys
 			g.Expect(keys).NotTo(BeNil())

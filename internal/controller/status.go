@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -45,14 +46,14 @@ type writeRecord struct {
 // desiredStatus is cb with the status that the published config and its pods' reports
 // make. Ready and observedGeneration move to a generation only once its config is in the
 // ConfigMap; the ConfigMap's own update starts the reconcile that moves them.
-func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker {
+func desiredStatus(o outcome, v counting.View) *resiliencev1alpha1.CircuitBreaker {
 	desired := o.breaker.DeepCopy()
 	desired.Status.ConfigMapName = breakerconfig.ConfigMapName
-	desired.Status.State, desired.Status.MemberCounts, desired.Status.Members = v.state, v.counts, v.listed
-	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.consecutiveOpens, v.openTimeout, v.keys
-	desired.Status.Traffic = v.traffic
-	desired.Status.Candidate = candidateSince(o.breaker.Status.Candidate, v.candidate)
-	desired.Status.Revisions = v.revisions
+	desired.Status.State, desired.Status.MemberCounts, desired.Status.Members = v.State, v.Counts, v.Members
+	desired.Status.ConsecutiveOpens, desired.Status.OpenTimeout, desired.Status.Keys = v.ConsecutiveOpens, v.OpenTimeout, v.Keys
+	desired.Status.Traffic, desired.Status.Concurrency = v.Traffic, v.Concurrency
+	desired.Status.Candidate = candidateSince(o.breaker.Status.Candidate, v.Candidate)
+	desired.Status.Revisions = v.Revisions
 	if o.err != nil || !o.changed {
 		desired.Status.ObservedGeneration = desired.Generation
 		setReadyCondition(desired, o.err)
@@ -71,7 +72,7 @@ func desiredStatus(o outcome, v breakerView) *resiliencev1alpha1.CircuitBreaker 
 // updateStatus patches one breaker's status when it changed, and records the Events its
 // change means. A change of counts or members alone within minCountsInterval of the last
 // write is put off: the returned duration says when to come back.
-func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, v breakerView) (time.Duration, error) {
+func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, v counting.View) (time.Duration, error) {
 	cb := o.breaker
 	desired := desiredStatus(o, v)
 	key := client.ObjectKeyFromObject(cb)
@@ -128,7 +129,7 @@ func countsOnly(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
 		cb.Status.MemberCounts == nil || desired.Status.MemberCounts == nil ||
 		cb.Status.ConsecutiveOpens != desired.Status.ConsecutiveOpens || // a re-open, at most one per open period
 		candidateStateOf(cb) != candidateStateOf(desired) ||
-		revisionsMoved(cb.Status.Revisions, desired.Status.Revisions) {
+		counting.RevisionsMoved(cb.Status.Revisions, desired.Status.Revisions) {
 		return false
 	}
 	for _, c := range desired.Status.Conditions {
@@ -212,7 +213,7 @@ func reopened(cb, desired *resiliencev1alpha1.CircuitBreaker) bool {
 // writes (minWriteInterval): the change of state (or a re-open) first, else one
 // ConfigRejected naming every new refusal, else one ReportShapeIgnored. What a write
 // coalesced (coalesced other state changes since the last write) its state Event says.
-func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.CircuitBreaker, o outcome, v breakerView, coalesced int) {
+func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.CircuitBreaker, o outcome, v counting.View, coalesced int) {
 	if o.err != nil && !sameCondition(cb, desired, resiliencev1alpha1.ConditionReady) {
 		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.ReasonConfigInvalid, "Render",
 			"Not published, the last good config stays: %v", o.err)
@@ -227,14 +228,14 @@ func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.
 		reported = c.Message
 	}
 	var news []string
-	for _, rej := range v.rejected {
+	for _, rej := range v.Rejected {
 		if !strings.Contains(reported, rej) {
 			news = append(news, rej)
 		}
 	}
 	if len(news) > 0 {
 		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventConfigRejected, "Reload",
-			"%d pods refused the published configuration and keep their last good one: %s", len(news), joinLimited(news))
+			"%d pods refused the published configuration and keep their last good one: %s", len(news), counting.JoinLimited(news))
 		return
 	}
 	if c := meta.FindStatusCondition(desired.Status.Conditions, resiliencev1alpha1.ConditionConfigApplied); c != nil &&
@@ -245,13 +246,13 @@ func (r *CircuitBreakerReconciler) recordEvents(cb, desired *resiliencev1alpha1.
 
 // recordStateEvent records the Event of a change of state, or of a re-open, if there is
 // one, and says whether it did.
-func (r *CircuitBreakerReconciler) recordStateEvent(cb, desired *resiliencev1alpha1.CircuitBreaker, v breakerView, coalesced int) bool {
+func (r *CircuitBreakerReconciler) recordStateEvent(cb, desired *resiliencev1alpha1.CircuitBreaker, v counting.View, coalesced int) bool {
 	var more string
 	if coalesced > 0 {
 		more = fmt.Sprintf(" (%d more state changes since the last status write, coalesced into this one)", coalesced)
 	}
 	if reopened(cb, desired) {
-		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
+		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", v.OpenedMessage(cb), more)
 		return true
 	}
 	from, to := cb.Status.State, desired.Status.State
@@ -261,15 +262,15 @@ func (r *CircuitBreakerReconciler) recordStateEvent(cb, desired *resiliencev1alp
 	r.Metrics.transition(cb, to)
 	switch to {
 	case resiliencev1alpha1.StateOpen:
-		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", openedMessage(cb, v), more)
+		r.eventf(cb, corev1.EventTypeWarning, resiliencev1alpha1.EventCircuitOpened, "Open", "%s%s", v.OpenedMessage(cb), more)
 	case resiliencev1alpha1.StateHalfOpen:
-		r.eventf(cb, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen", "%s%s", halfOpenedMessage(cb, v), more)
+		r.eventf(cb, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitHalfOpened, "HalfOpen", "%s%s", v.HalfOpenedMessage(cb), more)
 	case resiliencev1alpha1.StateClosed:
 		if from == "" { // a first report of Closed is no news
 			return false
 		}
 		r.eventf(cb, corev1.EventTypeNormal, resiliencev1alpha1.EventCircuitClosed, "Close",
-			"The circuit is closed on all %d reporting pods%s", v.counts.Reporting, more)
+			"The circuit is closed on all %d reporting pods%s", v.Counts.Reporting, more)
 	default:
 		return false
 	}
@@ -280,5 +281,5 @@ func (r *CircuitBreakerReconciler) recordStateEvent(cb, desired *resiliencev1alp
 // (eventNote): the notes of these Events name pods and what they reported, and one the
 // API server refused would be lost.
 func (r *CircuitBreakerReconciler) eventf(cb *resiliencev1alpha1.CircuitBreaker, eventType, reason, action, format string, args ...any) {
-	r.Recorder.Eventf(cb, nil, eventType, reason, action, "%s", eventNote(fmt.Sprintf(format, args...)))
+	r.Recorder.Eventf(cb, nil, eventType, reason, action, "%s", counting.EventNote(fmt.Sprintf(format, args...)))
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +32,44 @@ var (
 	scheme    = runtime.NewScheme()
 	// reconciler is the one the manager runs; specs also call it directly.
 	reconciler *CircuitBreakerReconciler
+	// liveReads counts the reconciler's reads around its cache.
+	liveReads *countingReader
 )
+
+// countingReader counts the reads it passes on, by namespace.
+type countingReader struct {
+	client.Reader
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (c *countingReader) count(namespace string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reads == nil {
+		c.reads = map[string]int{}
+	}
+	c.reads[namespace]++
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.count(key.Namespace)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (c *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	var o client.ListOptions
+	o.ApplyOptions(opts)
+	c.count(o.Namespace)
+	return c.Reader.List(ctx, list, opts...)
+}
+
+// in is how many reads the reconciler made around its cache in namespace.
+func (c *countingReader) in(namespace string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads[namespace]
+}
 
 // suiteNodeAgentGrace is the reconciler's grace for a node agent that is not Ready: short,
 // so that a spec sees it end.
@@ -71,6 +109,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	reconciler = NewReconciler(mgr, NewMetrics(prometheus.NewRegistry()))
 	reconciler.NodeAgentGrace = suiteNodeAgentGrace
+	liveReads = &countingReader{Reader: reconciler.APIReader}
+	reconciler.APIReader = liveReads
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -63,11 +63,15 @@ func (s *Server) acquire(name, body []byte, from client, buf []byte) answer {
 	}
 	lease = min(lease, MaxLease)
 
+	// Allow waits up to the policy's maxWait for a slot of a concurrency limit, which the
+	// answer's write deadline leaves room for (serveWire, MaxLimitWait).
 	done, err := b.Allow()
 	if err != nil {
 		return refuse(b, err)
 	}
-	id, short := s.permits.add(done, lease, s.now(), from, &e.permits)
+	// A permit of a breaker with a concurrency limit holds a slot, which a lapse must give
+	// back (permits.expire). Read after Allow: a limit set meanwhile counts.
+	id, short := s.permits.add(done, lease, s.now(), from, &e.permits, b.Policy().MaxInFlight > 0)
 	if short != noShortage {
 		// The call never happens, which is what a cancelled call says: a probe's slot
 		// is free again at once.
@@ -86,9 +90,16 @@ func (s *Server) acquire(name, body []byte, from client, buf []byte) answer {
 	return answer{code: http.StatusCreated, body: buf}
 }
 
-// Refusal reasons of an acquire that a cap refused, beside the breaker's own
-// (breaker.Reason's words): the client's permits, the daemon's, or its connections ran out.
+// Refusal reasons: the breaker's (its circuit open, held open by ForcedOpen, half-open
+// with its probes all taken, adaptive throttling, or its concurrency limit reached), and
+// those of an acquire a cap of the daemon refused: the client's permits, the daemon's, or
+// its connections ran out.
 const (
+	reasonOpen          = "open"
+	reasonForcedOpen    = "forced_open"
+	reasonProbes        = "half_open_saturated"
+	reasonThrottled     = "throttled"
+	reasonConcurrency   = "concurrency"
 	reasonClientPermits = "client_permits_exhausted"
 	reasonPermits       = "permits_exhausted"
 	reasonConnections   = "connections_exhausted"
@@ -127,20 +138,45 @@ func (s *Server) refuseAtCap(e *breakerEntry, b *breaker.Breaker, reason string)
 	return a
 }
 
+// concurrencyRetryAfter is what a client refused by a concurrency limit is told to wait:
+// a slot frees as soon as a call in flight ends, which a short call does within
+// milliseconds, so the hint is short; the header says 1, its least.
+const concurrencyRetryAfter = 100 * time.Millisecond
+
 func refuse(b *breaker.Breaker, err error) answer {
-	ref := refusal{State: b.State().String(), Reason: "open"}
-	var oe *breaker.OpenError
-	if errors.As(err, &oe) {
-		ref.Reason = oe.Reason.String()
-	}
-	wait, ok := b.RetryAfter()
-	if !ok || wait <= 0 {
+	wait, timed := b.RetryAfter()
+	st := b.State()
+	ref := refusal{State: st.String(), Reason: refusalReason(err, timed, st)}
+	switch {
+	case ref.Reason == reasonConcurrency:
+		wait = concurrencyRetryAfter
+	case !timed || wait <= 0:
 		wait = unknownRetryAfter
 	}
 	ref.RetryAfterMs = int64(math.Ceil(float64(wait) / float64(time.Millisecond)))
 	a := jsonAnswer(http.StatusTooManyRequests, ref)
 	a.retryAfter = int64(math.Ceil(wait.Seconds()))
 	return a
+}
+
+// refusalReason says why b refused a call with err, read right after: its concurrency limit
+// or throttled (the error says so); open while its open period is timed (RetryAfter), else held open by ForcedOpen;
+// and otherwise refused by the half-open probe cap, or by it just before the circuit
+// closed.
+func refusalReason(err error, timed bool, st breaker.State) string {
+	switch {
+	case errors.Is(err, breaker.ErrConcurrencyLimited):
+		// Not a short-circuit of the circuit, which admitted the call: clients still run
+		// their fallback for it, as for every 429.
+		return reasonConcurrency
+	case errors.Is(err, breaker.ErrThrottled):
+		return reasonThrottled
+	case timed:
+		return reasonOpen
+	case st == breaker.Open:
+		return reasonForcedOpen
+	}
+	return reasonProbes
 }
 
 // errIgnored is the outcome "ignored": the call says nothing about the dependency, as a
@@ -188,6 +224,32 @@ type description struct {
 	// Candidate is what the breaker's candidate policy (its policy under "policy",
 	// "candidate") did in shadow, as a report entry says it; absent without one.
 	Candidate *breakerconfig.CandidateEntry `json:"candidate,omitempty"`
+	// Concurrency is what the breaker's concurrency limit holds; absent without one.
+	Concurrency *concurrencyFigures `json:"concurrency,omitempty"`
+}
+
+// concurrencyFigures are a concurrency limit's figures as JSON (docs/design.md §12): the
+// limit in force (the pod's share, or its adaptive limit under it), the most calls in
+// flight at once over the window, the calls it refused, and the adaptive limiter's
+// baseline latency ("" before it has one).
+type concurrencyFigures struct {
+	Limit        int    `json:"limit"`
+	InFlightPeak int64  `json:"inFlightPeak"`
+	Limited      int64  `json:"limited"`
+	Baseline     string `json:"baseline,omitempty"`
+}
+
+// concurrencyOf is b's concurrency figures, nil without a limit.
+func concurrencyOf(b *breaker.Breaker) *concurrencyFigures {
+	if b.Policy().MaxInFlight <= 0 {
+		return nil
+	}
+	t := b.Traffic()
+	f := &concurrencyFigures{Limit: t.Limit, InFlightPeak: t.InFlightPeak, Limited: t.Limited}
+	if t.Baseline > 0 {
+		f.Baseline = t.Baseline.String()
+	}
+	return f
 }
 
 // permitFigures are permitCounts as JSON: what a leaking client holds and leaves behind.
@@ -220,6 +282,11 @@ func (s *Server) describe(name string) answer {
 		// The candidate the agent set from the published document.
 		pub.Candidate = cfg.Candidate
 	}
+	if pub.Concurrency != nil && cfg.Concurrency != nil {
+		// The division as published: the policy's MaxInFlight is this pod's limit, which
+		// "concurrency" below shows in force.
+		pub.Concurrency = cfg.Concurrency
+	}
 	policy, err := policyJSON(pub)
 	if err != nil {
 		return errorAnswer(http.StatusInternalServerError, err.Error())
@@ -231,11 +298,12 @@ func (s *Server) describe(name string) answer {
 	}
 	return jsonAnswer(http.StatusOK, description{
 		Name: name, State: b.State().String(), Mode: pub.Mode,
-		Counts:     counts{Calls: c.Calls, Failures: c.Failures, Successes: c.Successes, Slow: c.Slow},
-		Permits:    p,
-		Policy:     policy,
-		Generation: cfg.Generation,
-		Candidate:  candidateOf(st, judged),
+		Counts:      counts{Calls: c.Calls, Failures: c.Failures, Successes: c.Successes, Slow: c.Slow},
+		Permits:     p,
+		Policy:      policy,
+		Generation:  cfg.Generation,
+		Candidate:   candidateOf(st, judged),
+		Concurrency: concurrencyOf(b),
 	})
 }
 

@@ -28,7 +28,7 @@ type daemon struct {
 	dir    string
 	sock   string
 	clock  *breakertest.Clock
-	agent  *kube.Agent
+	agent  *kube.Connection
 	srv    *fuseboxd.Server
 	client *http.Client
 }
@@ -71,7 +71,7 @@ func startDaemonServed(t testing.TB, o fuseboxd.Options, configs map[string]stri
 		d.writeConfig(name, doc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d.agent, err = kube.StartAgent(ctx, kube.Options{
+	d.agent, err = kube.Connect(ctx, kube.Options{
 		ConfigDir: d.dir, PollInterval: 50 * time.Millisecond,
 		BreakerOptions: []breaker.Option{breaker.WithClock(d.clock)},
 		Logger:         quiet,

@@ -30,6 +30,10 @@ const (
 	// from its first byte, and its answer to be written: a client in the pod sends a
 	// request of a few hundred bytes in one write, in microseconds.
 	DefaultRequestTimeout = 5 * time.Second
+	// MaxLimitWait is the longest an acquire waits for a slot of a concurrency limit that
+	// net/http leaves room for in its write deadline: spec.concurrency.maxWait's bound. The
+	// hand-written server gives every answer its own write deadline whatever the wait.
+	MaxLimitWait = 10 * time.Second
 	// DefaultIdleTimeout closes a connection no request has begun on for so long: a
 	// worker that comes back later opens another (curl does so by itself).
 	DefaultIdleTimeout = 2 * time.Minute

@@ -17,6 +17,9 @@ type permit struct {
 	index   int       // in the expiry heap; -1 once out of it
 	from    client    // whose cap it counts against
 	counts  *permitCounts
+	// slot: the call holds a slot of its breaker's concurrency limit, which its lapse
+	// gives back (expire).
+	slot bool
 }
 
 // permitCounts are one breaker's permits, as GET /v1/breakers/{name} shows them.
@@ -54,13 +57,14 @@ func newPermits(limit, perClient int) *permits {
 }
 
 // add stores done under a new id until lease has passed, counted against from and in
-// counts. It stores nothing, and says why, when from holds maxPerClient permits, max
-// are outstanding or the table is closed; the caller must then settle done itself.
-func (t *permits) add(done func(error), lease time.Duration, now time.Time, from client, counts *permitCounts) (string, shortage) {
+// counts; slot says the call holds a slot of a concurrency limit. It stores nothing, and
+// says why, when from holds maxPerClient permits, max are outstanding or the table is
+// closed; the caller must then settle done itself.
+func (t *permits) add(done func(error), lease time.Duration, now time.Time, from client, counts *permitCounts, slot bool) (string, shortage) {
 	// 128 random bits: ids are not guessable by another client of the socket, and never
 	// collide with a permit settled earlier.
 	id := rand.Text()
-	p := &permit{id: id, done: done, expires: now.Add(lease), from: from, counts: counts}
+	p := &permit{id: id, done: done, expires: now.Add(lease), from: from, counts: counts, slot: slot}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -103,21 +107,33 @@ func (t *permits) forget(p *permit) {
 }
 
 // expire drops every permit whose lease has passed at now, and returns how many. Their
-// done is never called: the breaker treats them as calls that never finished (§5.3).
+// done is not called: the breaker treats them as calls that never finished (§5.3). But a
+// call that holds a slot of a concurrency limit gives it back, settled as ignored (the
+// outcome the library records nothing for): a leaked permit must not shrink the pod's
+// limit for the breaker's life (docs/design.md §12).
 func (t *permits) expire(now time.Time) int {
+	var slots []func(error)
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	n := 0
 	for len(t.expiry) > 0 && !t.expiry[0].expires.After(now) {
 		p := heap.Pop(&t.expiry).(*permit)
 		t.forget(p)
 		p.counts.lapsed.Add(1)
+		if p.slot {
+			slots = append(slots, p.done)
+		}
 		n++
 	}
 	if n > 0 && len(t.byID) == 0 {
 		// A map keeps its buckets after a burst of leaks; start afresh so that the
 		// memory goes back too.
 		t.byID, t.byClient, t.expiry = make(map[string]*permit), make(map[client]int), nil
+	}
+	t.mu.Unlock()
+	// Without the table's lock: done takes the breaker's, and may wake a caller waiting
+	// for the slot.
+	for _, done := range slots {
+		done(context.Canceled)
 	}
 	return n
 }

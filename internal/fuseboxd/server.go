@@ -21,7 +21,7 @@ type Options struct {
 	// Registry holds the breakers served; required.
 	Registry *registry.Registry
 	// Published returns the last good published config of a breaker (for its generation
-	// and scope), as kube.Agent.Published does; nil means nothing is published.
+	// and scope), as kube.Connection.Published does; nil means nothing is published.
 	Published func(name string) (breakerconfig.Config, bool)
 	// Ready reports whether the config has been loaded (for /readyz); nil means always.
 	Ready func() bool
@@ -131,8 +131,9 @@ func New(o Options) (*Server, error) {
 		Handler:           s.handler(),
 		ReadHeaderTimeout: s.requestTimeout,
 		ReadTimeout:       s.requestTimeout,
-		// Counted from the end of the header: the body's read, then the answer's write.
-		WriteTimeout:   2 * s.requestTimeout,
+		// Counted from the end of the header: the body's read, the wait of an acquire for
+		// a slot of a concurrency limit (MaxLimitWait), then the answer's write.
+		WriteTimeout:   2*s.requestTimeout + MaxLimitWait,
 		IdleTimeout:    s.idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes,
 		ConnContext:    s.connContext,

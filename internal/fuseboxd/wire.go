@@ -86,6 +86,11 @@ func (s *Server) serveWire(c *wireConn) bool {
 			return false
 		}
 		a := req.route.answer(s, call{arg: req.arg, body: req.body, from: c.from, buf: c.scratch[:0]})
+		// An acquire may have waited for a slot of a concurrency limit (at most its
+		// maxWait): the answer gets its own time to be written, so that a wait the
+		// operator allowed is never cut into a broken connection, which a client reads
+		// as an unreachable daemon and fails open on.
+		_ = c.conn.SetWriteDeadline(time.Now().Add(s.requestTimeout))
 		closeAfter := req.close || s.closing.Load()
 		_, _ = c.w.Write(s.header(c.w.AvailableBuffer(), a, closeAfter))
 		_, _ = c.w.Write(a.body)

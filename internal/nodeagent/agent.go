@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Options configure an [Agent].
@@ -41,8 +44,12 @@ type Options struct {
 	// writes nothing more, as a killed process would.
 	ShutdownGrace time.Duration
 
-	// clock paces the writes; nil means the real clock. Tests set it.
+	// clock paces the writes and dates what the agent remembers (kept token answers, pods
+	// found missing); nil means the real clock. Tests set it.
 	clock clock.WithTicker
+	// port overrides the port's limits (listener.go); zero values mean the defaults.
+	// Tests set it.
+	port portLimits
 }
 
 // Agent is one node's agent. Create it with [New] and run it with [Agent.Run]; its
@@ -58,10 +65,18 @@ type Agent struct {
 	pods    *podIndex
 	book    *book
 	configs *configWatches
+	port    portLimits
+	// readers bounds the GET /v1/pods served at once (breakerconfig.MaxAgentPodsRequests).
+	readers chan struct{}
 
-	ready atomic.Bool
-	// refused counts the requests answered 4xx or 503 before anything was recorded.
-	refused atomic.Int64
+	// namespace is the agent's own, from its identity: the namespace whose
+	// breakerconfig.NodeAgentReaders may read GET /v1/pods. Set before ready.
+	namespace string
+	ready     atomic.Bool
+	// refused counts the requests answered 4xx or 503 before anything was recorded, by
+	// status; streams the config streams open.
+	refused refusals
+	streams atomic.Int64
 }
 
 // Stats counts what an agent has done since it started.
@@ -78,8 +93,11 @@ type Stats struct {
 	// ConfigWatches is how many namespaces' ConfigMaps the agent watches now;
 	// ConfigWatchesStarted how many watches it has started in all.
 	ConfigWatches, ConfigWatchesStarted int64
-	// Refused is how many requests were refused (400, 401, 403, 409, 413, 503).
+	// Refused is how many requests were refused (400, 401, 403, 409, 413, 503), connections
+	// turned away at the port's cap included.
 	Refused int64
+	// ConfigStreams is how many config streams are open now.
+	ConfigStreams int64
 }
 
 // New returns an agent for o.NodeName, reaching the API server through o.Config. It
@@ -124,10 +142,12 @@ func New(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{node: o.NodeName, id: id, log: log, grace: o.ShutdownGrace, hc: hc, cs: cs}
+	a := &Agent{node: o.NodeName, id: id, log: log, grace: o.ShutdownGrace, hc: hc, cs: cs,
+		port: o.port.withDefaults(), readers: make(chan struct{}, breakerconfig.MaxAgentPodsRequests)}
 	a.auth = newAuthenticator(cs.AuthenticationV1().TokenReviews(), clk)
 	a.book = newBook(o.NodeName, newAPIWriter(dc.Resource(nodeReports), o.NodeName), clk, log)
-	a.pods = newPodIndex(cs, o.NodeName, a.book.podGone)
+	a.pods = newPodIndex(cs, o.NodeName, clk, a.book.podGone, a.book.revisionChanged)
+	a.book.pods = a.pods
 	a.configs = newConfigWatches(cs, id, log)
 	return a, nil
 }
@@ -157,7 +177,7 @@ func (a *Agent) Stats() Stats {
 		Writes: writes, WriteFailures: failures,
 		TokenReviews: a.auth.reviews.Load(), LiveLookups: a.pods.liveLookups.Load(),
 		ConfigWatches: watching, ConfigWatchesStarted: started,
-		Refused: a.refused.Load(),
+		Refused: a.refused.total(), ConfigStreams: a.streams.Load(),
 	}
 }
 
@@ -180,14 +200,14 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	defer endStreams()
 	srv := &http.Server{
 		Handler:           a.handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: a.port.readHeader,
+		ReadTimeout:       a.port.readBody,
+		IdleTimeout:       a.port.idle,
+		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return streams },
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(a.capped(ln)) }()
 
 	var wg sync.WaitGroup
 	wg.Go(func() { a.work(work) })
@@ -229,7 +249,7 @@ func (a *Agent) work(ctx context.Context) {
 	defer a.configs.stopAll()
 	var nodeUID types.UID
 	if !a.retry(ctx, "learn this node's UID from the agent's own identity", func(ctx context.Context) (err error) {
-		nodeUID, err = a.whoAmI(ctx)
+		nodeUID, a.namespace, err = a.whoAmI(ctx)
 		return err
 	}) {
 		return
@@ -243,7 +263,7 @@ func (a *Agent) work(ctx context.Context) {
 		return
 	}
 	if !a.retry(ctx, "read back this node's reports", func(ctx context.Context) error {
-		return a.book.readBack(ctx, a.pods.boundNow)
+		return a.book.readBack(ctx)
 	}) {
 		return
 	}
@@ -288,23 +308,27 @@ const (
 	extraNodeUID  = "authentication.kubernetes.io/node-uid"
 )
 
-// whoAmI returns the UID of the agent's Node from its own identity: the node-uid extra
-// that the API server puts on a token bound to a pod on a node. The reports are owned by
-// that Node, and the agent needs no read access to Nodes to learn it.
-func (a *Agent) whoAmI(ctx context.Context) (types.UID, error) {
+// whoAmI returns the UID of the agent's Node and the agent's namespace from its own
+// identity: the node-uid extra that the API server puts on a token bound to a pod on a
+// node, and the service account's user name. The reports are owned by that Node, and the
+// agent needs no read access to Nodes to learn it; the readers of GET /v1/pods are
+// service accounts of that namespace.
+func (a *Agent) whoAmI(ctx context.Context) (types.UID, string, error) {
 	r, err := a.cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("SelfSubjectReview: %w", err)
+		return "", "", fmt.Errorf("SelfSubjectReview: %w", err)
 	}
 	u := r.Status.UserInfo
 	node, uid := first(u.Extra[extraNodeName]), first(u.Extra[extraNodeUID])
 	switch {
 	case node == "" || uid == "":
-		return "", fmt.Errorf("the agent's identity %q carries no %s and %s extras: run it under the projected service-account token of its own pod (the DaemonSet's), on a node whose Node object exists", u.Username, extraNodeName, extraNodeUID)
+		return "", "", fmt.Errorf("the agent's identity %q carries no %s and %s extras: run it under the projected service-account token of its own pod (the DaemonSet's), on a node whose Node object exists", u.Username, extraNodeName, extraNodeUID)
 	case node != a.node:
-		return "", fmt.Errorf("the agent's identity is of a pod on node %s, but NODE_NAME says %s: set NODE_NAME from fieldRef spec.nodeName", node, a.node)
+		return "", "", fmt.Errorf("the agent's identity is of a pod on node %s, but NODE_NAME says %s: set NODE_NAME from fieldRef spec.nodeName", node, a.node)
 	}
-	return types.UID(uid), nil
+	rest, _ := strings.CutPrefix(u.Username, serviceAccountPrefix)
+	namespace, _, _ := strings.Cut(rest, ":")
+	return types.UID(uid), namespace, nil
 }
 
 func first(vs authenticationv1.ExtraValue) string {

@@ -21,15 +21,37 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// identity is who a request comes from, as the API server vouched for its token.
+// identity is who a request comes from, as the API server vouched for its token: a
+// service account, and, for a token bound to a pod, the pod and its node. Each endpoint
+// decides whom it serves: the pods' endpoints a pod bound to the agent's node
+// (Agent.identify), the pods endpoint the readers of the agent's own namespace
+// (Agent.identifyReader).
 type identity struct {
+	username                  string // system:serviceaccount:<namespace>:<serviceAccount>
 	namespace, serviceAccount string
-	pod                       string
+	pod                       string // "" for a token bound to no pod
 	podUID                    types.UID
 	node                      string
 }
 
-func (id identity) String() string { return id.namespace + "/" + id.pod }
+func (id identity) String() string {
+	if id.pod == "" {
+		return id.username
+	}
+	return id.namespace + "/" + id.pod
+}
+
+// asPod returns a refusal (403) unless id is a pod's, on a node: what the pods' endpoints
+// serve.
+func (id identity) asPod() *refusal {
+	switch {
+	case id.pod == "" || id.podUID == "":
+		return refuse(http.StatusForbidden, "the token of %s is bound to no pod (no %s and %s): use the pod's projected token, not a Secret's", id.username, extraPodName, extraPodUID)
+	case id.node == "":
+		return refuse(http.StatusForbidden, "the token of pod %s names no node (no %s): the agent serves the pods of its node only", id, extraNodeName)
+	}
+	return nil
+}
 
 // refusal is a request the agent does not accept, with the status it answers.
 type refusal struct {
@@ -231,7 +253,9 @@ func keep[V any](m map[string]V, most int, now time.Time, token string, v V, unt
 }
 
 // judge turns the API server's answer into an identity or a refusal: 401 when it does not
-// vouch for the token, 403 when the token is valid but not a pod's on a node.
+// vouch for the token, 403 when the token is valid but no service account's. A service
+// account's token bound to no pod is an identity too (a reader's, GET /v1/pods): whether
+// an endpoint serves it is the endpoint's to say.
 func judge(s authenticationv1.TokenReviewStatus) (identity, *refusal) {
 	if !s.Authenticated {
 		why := s.Error
@@ -244,20 +268,20 @@ func judge(s authenticationv1.TokenReviewStatus) (identity, *refusal) {
 		return identity{}, refuse(http.StatusUnauthorized, "the token is not for audience %s", breakerconfig.NodeAgentAudience)
 	}
 	u := s.User
-	rest, ok := strings.CutPrefix(u.Username, "system:serviceaccount:")
+	rest, ok := strings.CutPrefix(u.Username, serviceAccountPrefix)
 	ns, sa, ok2 := strings.Cut(rest, ":")
 	if !ok || !ok2 || ns == "" || sa == "" {
-		return identity{}, refuse(http.StatusForbidden, "%q is not a pod's service account: the agent serves pods, each with its own projected token", u.Username)
+		return identity{}, refuse(http.StatusForbidden, "%q is not a service account: the agent serves pods, each with its own projected token, and the readers of its namespace", u.Username)
 	}
-	id := identity{namespace: ns, serviceAccount: sa, pod: first(u.Extra[extraPodName]), podUID: types.UID(first(u.Extra[extraPodUID])), node: first(u.Extra[extraNodeName])}
-	switch {
-	case id.pod == "" || id.podUID == "":
-		return identity{}, refuse(http.StatusForbidden, "the token of %s is bound to no pod (no %s and %s): use the pod's projected token, not a Secret's", u.Username, extraPodName, extraPodUID)
-	case id.node == "":
-		return identity{}, refuse(http.StatusForbidden, "the token of pod %s names no node (no %s): the agent serves the pods of its node only", id, extraNodeName)
-	}
-	return id, nil
+	return identity{
+		username: u.Username, namespace: ns, serviceAccount: sa,
+		pod: first(u.Extra[extraPodName]), podUID: types.UID(first(u.Extra[extraPodUID])), node: first(u.Extra[extraNodeName]),
+	}, nil
 }
+
+// serviceAccountPrefix begins the user name of every service account's token:
+// system:serviceaccount:<namespace>:<name>.
+const serviceAccountPrefix = "system:serviceaccount:"
 
 // claims is what the agent reads in a token before anyone vouched for it: enough to
 // refuse it, never enough to accept it. Once the API server has vouched for the token,

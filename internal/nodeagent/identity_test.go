@@ -23,8 +23,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -83,7 +87,7 @@ func TestIdentity(t *testing.T) {
 		})
 	}
 	if r := nodeReport(t, ns, nodeA.Name); r != nil {
-		t.Errorf("refused requests recorded: %+v", r.Pods)
+		t.Errorf("refused requests recorded: %+v", r.Breakers)
 	}
 	if s := agent.Stats(); s.ConfigWatchesStarted != 0 {
 		t.Errorf("refused streams started %d ConfigMap watches", s.ConfigWatchesStarted)
@@ -101,14 +105,15 @@ func TestIdentity(t *testing.T) {
 	}
 	eventually(t, "the pod's report in the node's object", func() error {
 		r := nodeReport(t, ns, nodeA.Name)
-		if state, _ := stateOf(r, podA.Name, "payments"); state != breakerconfig.StateOpen {
+		e := entryOf(r, "payments", "")
+		if e == nil || e.Pods != 1 || e.EarnedOpen != 1 || len(e.Notable) != 1 {
 			return fmt.Errorf("report %+v", r)
 		}
 		if r.NodeName != nodeA.Name || len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != nodeA.UID || r.OwnerReferences[0].Kind != "Node" {
 			return fmt.Errorf("object of node %s owned by %+v, want node %s (%s)", r.NodeName, r.OwnerReferences, nodeA.Name, nodeA.UID)
 		}
-		if podUIDOf(r, podA.Name) != podA.UID {
-			return fmt.Errorf("the pod's line has uid %s, want %s", podUIDOf(r, podA.Name), podA.UID)
+		if n := e.Notable[0]; n.Name != podA.Name || n.UID != podA.UID || n.State != resiliencev1alpha1.StateOpen {
+			return fmt.Errorf("the entry names %s (uid %s, %s), want the pod's own name and uid %s, open", n.Name, n.UID, n.State, podA.UID)
 		}
 		return nil
 	})
@@ -161,7 +166,7 @@ func TestLiveLookup(t *testing.T) {
 	here := newPod(t, ns, "here", nodeA.Name)
 	there := newPod(t, ns, "there", nodeB.Name)
 	// An index whose informer never runs: every lookup misses the cache.
-	idx := newPodIndex(clientset, nodeA.Name, func(string, types.UID) {})
+	idx := newPodIndex(clientset, nodeA.Name, clock.RealClock{}, func(string, types.UID) {}, func(string, types.UID) {})
 	ctx := context.Background()
 	if err := idx.bound(ctx, identity{namespace: ns, pod: here.Name, podUID: here.UID, node: nodeA.Name}); err != nil {
 		t.Errorf("a pod bound here, not yet cached: %v", err)
@@ -178,5 +183,51 @@ func TestLiveLookup(t *testing.T) {
 	}
 	if n := idx.liveLookups.Load(); n != 4 {
 		t.Errorf("%d live lookups, want 4", n)
+	}
+}
+
+// TestDeletedPodCostsOneReadAMinute: the token of a deleted pod stays valid to the agent
+// until it expires (the TokenReview's answer is kept), so its pod check is what refuses
+// it. A pod the cache does not have is read from the API server, and one found missing is
+// refused from memory for a minute: however often the token is sent, it costs at most one
+// GET a minute. The agent's own clock, a fake one, makes the minute pass.
+func TestDeletedPodCostsOneReadAMinute(t *testing.T) {
+	t.Parallel()
+	node := newNode(t)
+	ns := newNamespace(t)
+	clk := testingclock.NewFakeClock(time.Now())
+	agent := startAgent(t, node, agentOptions{clock: clk})
+	pod := newPod(t, ns, "checkout", node.Name)
+	token := podToken(t, pod, breakerconfig.NodeAgentAudience)
+	if status, body := putReport(t, agent, token, started); status != http.StatusOK {
+		t.Fatalf("the pod, before it is deleted: %d %s", status, body)
+	}
+	must(t, k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)))
+	eventually(t, "the deleted pod refused", func() error {
+		if status, body := putReport(t, agent, token, started); status != http.StatusForbidden || !strings.Contains(string(body), "there is no such pod") {
+			return fmt.Errorf("%d %s", status, body)
+		}
+		return nil
+	})
+	reads := func() int { return agent.writes.count("GET pods " + ns) }
+	for minute := range 3 {
+		before := reads()
+		for range 50 {
+			if status, body := putReport(t, agent, token, tripped); status != http.StatusForbidden {
+				t.Fatalf("minute %d: %d %s, want 403", minute, status, body)
+			}
+		}
+		if n := reads() - before; n > 1 {
+			t.Errorf("minute %d: 50 reports of a deleted pod cost %d reads of it, want at most 1", minute, n)
+		}
+		clk.Step(missingFor)
+	}
+	// The first refusal's read, then one in each of the next two minutes; and one before,
+	// if the pod's first report came before the cache had it.
+	if n := reads(); n < 3 || n > 4 {
+		t.Errorf("a deleted pod's token sent over three minutes cost %d reads of it, want one a minute (3, or 4 with a read of the pod alive)", n)
+	}
+	if s := agent.Stats(); s.TokenReviews != 1 {
+		t.Errorf("%d TokenReviews of one token, want 1: the answer is kept", s.TokenReviews)
 	}
 }

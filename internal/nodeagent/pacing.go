@@ -2,7 +2,7 @@ package nodeagent
 
 import (
 	"context"
-	"maps"
+	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -10,13 +10,15 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
 
 // Pacing (docs/design.md §9): each node report is written at most once per interval. A
 // change that brings news the fleet decides on (urgent: an earned state, a new config
-// generation or refusal, a breaker or pod leaving by the pod's own word) goes in the next
-// slot: gather after it came when the object has been quiet, else interval after the
-// last write, together with everything that changed meanwhile. A change that only echoes
+// generation or refusal, a breaker or pod leaving by the pod's own word) goes gather after
+// it came when the object has been quiet, together with everything that changed
+// meanwhile; one that comes within a hold of the last write joins that burst's echoes. A change that only echoes
 // what the pods were told or what time did (adopted verdicts, forced modes, timeouts, a
 // breaker's first word, traffic, a pod gone from the node) waits up to hold from the
 // first of them, so that the echoes of one incident go out in one write and after the
@@ -38,7 +40,7 @@ type pacing struct {
 	hold     time.Duration
 }
 
-var defaultPacing = pacing{gather: 100 * time.Millisecond, interval: 250 * time.Millisecond, hold: 500 * time.Millisecond}
+var defaultPacing = pacing{gather: 200 * time.Millisecond, interval: 250 * time.Millisecond, hold: 500 * time.Millisecond}
 
 // maxConcurrentWrites bounds the writes in flight, each to another namespace's object;
 // one object is never written twice at once.
@@ -68,9 +70,13 @@ func (c change) merge(o change) change {
 // due is when a report whose pending changes are c, last written at lastWrite, and not to
 // be retried before retryAt, may be written.
 func (p pacing) due(c change, lastWrite, retryAt time.Time) time.Time {
-	wait := p.gather
-	if !c.urgent {
-		wait = p.hold
+	// An earned change after a quiet spell goes after the gather. One that comes less than
+	// a hold after the object's last write belongs to the burst that write began (the rest
+	// of a node's pods tripping a moment later than the first), and goes with the burst's
+	// echoes: an incident then costs the object two writes however its trips spread.
+	wait := p.hold
+	if c.urgent && (lastWrite.IsZero() || c.since.Sub(lastWrite) >= p.hold) {
+		wait = p.gather
 	}
 	at := c.since.Add(wait)
 	if next := lastWrite.Add(p.interval); !lastWrite.IsZero() && next.After(at) {
@@ -89,10 +95,11 @@ func retryDelay(n int) time.Duration {
 	return d + rand.N(d/4+1)
 }
 
-// job is one write the writer has taken: a namespace's object as it stood.
+// job is one write the writer has taken: a namespace's entries as they stood (none: the
+// object is deleted).
 type job struct {
 	namespace string
-	lines     map[types.UID]line
+	entries   []resiliencev1alpha1.NodeBreakerEntry
 	owner     types.UID
 }
 
@@ -104,9 +111,10 @@ func (b *book) take(now time.Time) ([]job, time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	type candidate struct {
-		ns  string
-		r   *nsReport
-		due time.Time
+		ns      string
+		r       *nsReport
+		due     time.Time
+		entries []resiliencev1alpha1.NodeBreakerEntry
 	}
 	var due []candidate
 	var next time.Time
@@ -119,17 +127,22 @@ func (b *book) take(now time.Time) ([]job, time.Time) {
 		if r.pending.since.IsZero() || r.inflight {
 			continue
 		}
+		if b.held(ns, r, now) {
+			later(now.Add(b.pace.interval))
+			continue
+		}
 		at := b.pace.due(r.pending, r.lastWrite, r.retryAt)
 		if at.After(now) {
 			later(at)
 			continue
 		}
-		if r.matchesWritten(b.owner) {
+		entries, same := b.matchesWritten(r)
+		if same {
 			r.pending = change{}
 			b.forget(ns, r)
 			continue
 		}
-		due = append(due, candidate{ns, r, at})
+		due = append(due, candidate{ns, r, at, entries})
 	}
 	slices.SortFunc(due, func(a, c candidate) int {
 		switch {
@@ -152,12 +165,12 @@ func (b *book) take(now time.Time) ([]job, time.Time) {
 		b.active++
 		c.r.inflight = true
 		c.r.taken, c.r.pending = c.r.pending, change{}
-		jobs = append(jobs, job{namespace: c.ns, lines: maps.Clone(c.r.lines), owner: b.owner})
+		jobs = append(jobs, job{namespace: c.ns, entries: c.entries, owner: b.owner})
 	}
 	return jobs, next
 }
 
-// forget drops a namespace's report that holds nothing and has no object. Caller holds mu.
+// forget drops a namespace's report that holds no line and has no object. Caller holds mu.
 func (b *book) forget(ns string, r *nsReport) {
 	if len(r.lines) == 0 && !r.exists && r.pending.since.IsZero() && !r.inflight {
 		delete(b.reports, ns)
@@ -169,11 +182,12 @@ func (b *book) forget(ns string, r *nsReport) {
 func (b *book) write(ctx context.Context, j job) {
 	start := b.clock.Now()
 	var err error
-	if len(j.lines) == 0 {
+	if len(j.entries) == 0 {
 		err = b.writer.remove(ctx, j.namespace)
 	} else {
-		err = b.writer.write(ctx, j.namespace, b.object(j.namespace, j.lines, j.owner))
+		err = b.writer.write(ctx, b.object(j.namespace, j.entries, j.owner))
 	}
+	b.latency.observe(b.clock.Since(start), err)
 	b.done(j, start, err)
 }
 
@@ -188,7 +202,10 @@ func (b *book) done(j job, start time.Time, err error) {
 	r.inflight = false
 	if err == nil {
 		b.writes.Add(1)
-		r.written, r.writtenOwner, r.exists = j.lines, j.owner, len(j.lines) > 0
+		r.written, r.writtenOwner, r.exists = nil, j.owner, len(j.entries) > 0
+		if r.exists {
+			r.written, _ = json.Marshal(j.entries)
+		}
 		r.lastWrite, r.retryAt, r.failures, r.taken = start, time.Time{}, 0, change{}
 		if r.failing != "" {
 			b.log.Info("Node report written again after failures", "namespace", j.namespace)
@@ -245,8 +262,13 @@ func (b *book) idle() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, r := range b.reports {
-		if r.inflight || (!r.pending.since.IsZero() && !r.matchesWritten(b.owner)) {
+		if r.inflight {
 			return false
+		}
+		if !r.pending.since.IsZero() {
+			if _, same := b.matchesWritten(r); !same {
+				return false
+			}
 		}
 	}
 	return true

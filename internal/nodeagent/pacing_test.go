@@ -27,21 +27,21 @@ type recorder struct {
 
 type written struct {
 	namespace string
-	pods      []string // the pods of the object, in order; nil for a delete
-	obj       nodeReportObject
+	pods      int // the pods the object counts (every test pod reports one breaker); -1 for a delete
+	obj       *resiliencev1alpha1.NodeBreakerReport
 }
 
-func (r *recorder) write(_ context.Context, ns string, obj nodeReportObject) error {
+func (r *recorder) write(_ context.Context, obj *resiliencev1alpha1.NodeBreakerReport) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {
 		return r.fail
 	}
-	var pods []string
-	for _, p := range obj.Pods {
-		pods = append(pods, p.Name)
+	pods := 0
+	for _, e := range obj.Breakers {
+		pods += int(e.Pods)
 	}
-	r.writes = append(r.writes, written{namespace: ns, pods: pods, obj: obj})
+	r.writes = append(r.writes, written{namespace: obj.Namespace, pods: pods, obj: obj})
 	return nil
 }
 
@@ -51,11 +51,13 @@ func (r *recorder) remove(_ context.Context, ns string) error {
 	if r.fail != nil {
 		return r.fail
 	}
-	r.writes = append(r.writes, written{namespace: ns})
+	r.writes = append(r.writes, written{namespace: ns, pods: -1})
 	return nil
 }
 
-func (r *recorder) list(context.Context, string) ([]nodeReportObject, error) { return nil, nil }
+func (r *recorder) list(context.Context, string) ([]resiliencev1alpha1.NodeBreakerReport, error) {
+	return nil, nil
+}
 
 // take returns the writes recorded since the last take.
 func (r *recorder) take() []written {
@@ -117,15 +119,25 @@ var (
 	started = entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonStarted)
 )
 
-func wantWrites(t *testing.T, at string, got []written, want ...[]string) {
+// wantWrites checks the writes got by the pods each object counts, in order.
+func wantWrites(t *testing.T, at string, got []written, want ...int) {
 	t.Helper()
-	var pods [][]string
+	var pods []int
 	for _, w := range got {
 		pods = append(pods, w.pods)
 	}
-	if !slices.EqualFunc(pods, want, slices.Equal) {
-		t.Errorf("%s: wrote %v, want %v", at, pods, want)
+	if !slices.Equal(pods, want) {
+		t.Errorf("%s: wrote objects counting %v pods, want %v", at, pods, want)
 	}
+}
+
+// payments is a written object's entry of breaker payments (every test pod has no
+// revision), or an empty one.
+func payments(w written) resiliencev1alpha1.NodeBreakerEntry {
+	if e := entryOf(w.obj, "payments", ""); e != nil {
+		return *e
+	}
+	return resiliencev1alpha1.NodeBreakerEntry{}
 }
 
 // TestPacing: on a fake clock, the writes one object gets: the first earned change after
@@ -134,32 +146,44 @@ func wantWrites(t *testing.T, at string, got []written, want ...[]string) {
 // with an earned one; nothing for a resend of what the object says, or for changes that
 // undo each other.
 func TestPacing(t *testing.T) {
-	if defaultPacing.gather != 100*time.Millisecond || defaultPacing.hold != 500*time.Millisecond {
-		t.Fatalf("this test is written for a gather of 100 ms and a hold of 500 ms, not %v and %v", defaultPacing.gather, defaultPacing.hold)
+	if defaultPacing.gather != 200*time.Millisecond || defaultPacing.hold != 500*time.Millisecond {
+		t.Fatalf("this test is written for a gather of 200 ms and a hold of 500 ms, not %v and %v", defaultPacing.gather, defaultPacing.hold)
 	}
 	p := newPacer(t)
 	p.put("shop", "a", tripped)
-	w, _ := p.step(60 * time.Millisecond)
-	wantWrites(t, "60 ms after an earned change after a quiet spell", w)
+	w, _ := p.step(120 * time.Millisecond)
+	wantWrites(t, "120 ms after an earned change after a quiet spell", w)
 	p.put("shop", "b", tripped)
-	w, _ = p.step(39 * time.Millisecond)
-	wantWrites(t, "99 ms after an earned change after a quiet spell", w)
+	w, _ = p.step(79 * time.Millisecond)
+	wantWrites(t, "199 ms after an earned change after a quiet spell", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "100 ms after an earned change after a quiet spell", w, []string{"a", "b"})
+	wantWrites(t, "200 ms after an earned change after a quiet spell", w, 2)
+	if len(w) == 1 && payments(w[0]).EarnedOpen != 2 {
+		t.Errorf("the first write: %+v, want both earned Opens", payments(w[0]))
+	}
 
+	// The rest of the burst, earned Opens that come after the first write, wait a hold
+	// from the first of them: they go with the burst's echoes.
 	for i, pod := range []string{"c", "d", "e", "f"} {
 		w, _ := p.step(50 * time.Millisecond)
 		p.put("shop", pod, tripped)
 		_, next := p.step(0)
 		wantWrites(t, fmt.Sprintf("%d ms after the first write", 50*(i+1)), w)
-		if want := p.clock.Now().Add(time.Duration(200-50*i) * time.Millisecond); !next.Equal(want) {
+		if want := p.clock.Now().Add(time.Duration(500-50*i) * time.Millisecond); !next.Equal(want) {
 			t.Errorf("%d ms after the first write, the writer looks again at %v, want %v", 50*(i+1), next.Format(time.StampMilli), want.Format(time.StampMilli))
 		}
 	}
-	w, _ = p.step(49 * time.Millisecond)
-	wantWrites(t, "249 ms after the first write", w)
+	p.put("shop", "g", adopted)
+	w, _ = p.step(349 * time.Millisecond)
+	wantWrites(t, "549 ms after the first write", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "250 ms after the first write", w, []string{"a", "b", "c", "d", "e", "f"})
+	wantWrites(t, "550 ms after the first write: the late Opens and the echo", w, 7)
+
+	// An earned change after a quiet spell goes after the gather again.
+	p.step(time.Second)
+	p.put("shop", "g", tripped)
+	w, _ = p.step(200 * time.Millisecond)
+	wantWrites(t, "an earned change a second after the last write", w, 7)
 
 	// Echoes (adopted verdicts) wait their hold, 500 ms from the first of them, however
 	// quiet it has been.
@@ -175,15 +199,18 @@ func TestPacing(t *testing.T) {
 	w, _ = p.step(499 * time.Millisecond)
 	wantWrites(t, "499 ms into the hold", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "the hold's end", w, []string{"a", "b", "c", "d", "e", "f"})
+	wantWrites(t, "the hold's end", w, 7)
+	if len(w) == 1 && (payments(w[0]).HoldingVerdict != 2 || payments(w[0]).EarnedOpen != 5) {
+		t.Errorf("the echoes' write: %+v, want 2 pods holding the verdict and 5 earned Opens", payments(w[0]))
+	}
 
 	// An earned change takes the held ones with it.
 	p.step(10 * time.Second)
 	p.put("shop", "d", adopted)
 	p.step(100 * time.Millisecond)
 	p.put("shop", "e", entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonProbesSucceeded))
-	w, next = p.step(0)
-	if len(w) != 1 || w[0].obj.Pods[3].Breakers[0].Reason != breakerconfig.ReasonAdopted || w[0].obj.Pods[4].Breakers[0].Reason != breakerconfig.ReasonProbesSucceeded {
+	w, next = p.step(100 * time.Millisecond) // the gather, from the first change pending
+	if len(w) != 1 || payments(w[0]).HoldingVerdict != 3 || payments(w[0]).EarnedClosed != 1 || payments(w[0]).Closed != 1 {
 		t.Errorf("an earned change during a hold: wrote %+v, want one write with both", w)
 	}
 	if !next.IsZero() {
@@ -267,17 +294,17 @@ func TestPacingAfterFailures(t *testing.T) {
 	p.rec.fail = nil
 	p.put("shop", "b", adopted)
 	w, _ := p.step(next.Sub(p.clock.Now()))
-	wantWrites(t, "the server back", w, []string{"a", "b"})
+	wantWrites(t, "the server back", w, 2)
 
 	p.book.podGone("shop", "a-uid")
 	w, _ = p.step(time.Second)
-	wantWrites(t, "a pod gone, after the hold", w, []string{"b"})
+	wantWrites(t, "a pod gone, after the hold", w, 1)
 	if err := p.book.put(identity{namespace: "shop", pod: "a", podUID: "a-uid", node: "node-a"}, []breakerconfig.ReportEntry{tripped}); err == nil || !strings.Contains(err.Error(), "has left node node-a") {
 		t.Errorf("a report from a pod gone: %v, want refused", err)
 	}
 	p.book.podGone("shop", "b-uid")
 	w, _ = p.step(time.Second)
-	if len(w) != 1 || w[0].pods != nil {
+	if len(w) != 1 || w[0].pods != -1 {
 		t.Errorf("the last pod gone: wrote %+v, want the object deleted", w)
 	}
 	if _, ok := p.book.reports["shop"]; ok {
@@ -285,45 +312,49 @@ func TestPacingAfterFailures(t *testing.T) {
 	}
 }
 
-// TestObjectBounds: the object never grows past the schema's bound on pods or the size
-// etcd keeps; the pod that would push it over is refused, and the others keep their lines.
+// TestObjectBounds: the object never grows past the schema's bounds: MaxNodePods pods
+// and MaxNodeReportEntries breaker-and-revision pairs. The pod that would push it over is
+// refused with 409, and the others keep their lines; a pod already counted may still
+// change its own.
 func TestObjectBounds(t *testing.T) {
 	p := newPacer(t)
-	for i := range resiliencev1alpha1.MaxNodeReportPods {
-		p.put("shop", fmt.Sprintf("p%03d", i), started)
+	for i := range resiliencev1alpha1.MaxNodePods {
+		p.put("shop", fmt.Sprintf("p%04d", i), started)
 	}
 	err := p.book.put(identity{namespace: "shop", pod: "one-too-many", podUID: "x", node: "node-a"}, []breakerconfig.ReportEntry{started})
 	var r *refusal
-	if !errors.As(err, &r) || r.status != 409 || !strings.Contains(r.msg, "256 pods, the most a NodeBreakerReport holds") {
-		t.Errorf("the 257th pod: %v, want 409 saying why", err)
+	if !errors.As(err, &r) || r.status != 409 || !strings.Contains(r.msg, "1024 pods, the most a NodeBreakerReport counts") {
+		t.Errorf("the 1,025th pod: %v, want 409 saying why", err)
 	}
-	p.put("shop", "p000", tripped) // a pod already there may still change its line
+	p.put("shop", "p0000", tripped) // a pod already there may still change its line
 
-	big := make([]breakerconfig.ReportEntry, breakerconfig.MaxAgentEntries)
-	for i := range big {
-		big[i] = started
-		big[i].Name = fmt.Sprintf("breaker-%d", i)
-		big[i].ConfigError = strings.Repeat("x", breakerconfig.MaxConfigErrorSize)
-	}
-	var refusedAt int
-	for i := range 20 {
-		err := p.book.put(identity{namespace: "blog", pod: fmt.Sprintf("big%d", i), podUID: types.UID(fmt.Sprintf("big%d", i)), node: "node-a"}, big)
-		if err != nil {
-			refusedAt = i
-			if !errors.As(err, &r) || r.status != 409 || !strings.Contains(r.msg, "over the 655360 a NodeBreakerReport may") {
-				t.Errorf("an object over the size: %v, want 409 saying why", err)
-			}
-			break
+	// Pods of 100 breakers each, all of other names: the third would make 300 pairs.
+	breakers := func(first int) []breakerconfig.ReportEntry {
+		out := make([]breakerconfig.ReportEntry, breakerconfig.MaxAgentEntries)
+		for i := range out {
+			out[i] = started
+			out[i].Name = fmt.Sprintf("breaker-%03d", first+i)
 		}
+		return out
 	}
-	if refusedAt == 0 {
-		t.Fatal("20 pods of 100 entries with 1 KiB errors each fit in one object")
+	p.put("blog", "big0", breakers(0)...)
+	p.put("blog", "big1", breakers(100)...)
+	err = p.book.put(identity{namespace: "blog", pod: "big2", podUID: "big2-uid", node: "node-a"}, breakers(200))
+	if !errors.As(err, &r) || r.status != 409 || !strings.Contains(r.msg, "would hold 300 entries (breakers × revisions), over the 256") {
+		t.Errorf("a pod past the pairs' bound: %v, want 409 saying why", err)
 	}
-	w, _ := p.step(0)
+	p.put("blog", "big3", breakers(150)...) // 50 new pairs: 250 fit
+	w, _ := p.step(time.Second)
 	for _, o := range w {
-		if o.namespace == "blog" && len(o.pods) != refusedAt {
-			t.Errorf("blog's object holds %d pods, want the %d that fit", len(o.pods), refusedAt)
+		switch {
+		case o.namespace == "shop" && (o.pods != resiliencev1alpha1.MaxNodePods || payments(o).EarnedOpen != 1):
+			t.Errorf("shop's object counts %d pods, %d earned Opens; want %d and 1", o.pods, payments(o).EarnedOpen, resiliencev1alpha1.MaxNodePods)
+		case o.namespace == "blog" && len(o.obj.Breakers) != 250:
+			t.Errorf("blog's object holds %d entries, want the 250 of the pods that fit", len(o.obj.Breakers))
 		}
+	}
+	if len(w) != 2 {
+		t.Errorf("%d writes, want shop's and blog's", len(w))
 	}
 }
 

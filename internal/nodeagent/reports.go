@@ -11,20 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
-
-// maxObjectBytes bounds the pods' lines of one NodeBreakerReport, as written. etcd refuses
-// an object over 1.5 MiB, and every write of the object costs the API server in proportion
-// to its size: a pod whose report would push its node's object past this is refused rather
-// than costing every pod of the node their report.
-const maxObjectBytes = 640 << 10
 
 // maxDeparted bounds how many pods that left the node the agent remembers, so that a
 // report the pod sent as it was being deleted does not bring its line back.
@@ -33,23 +27,34 @@ const (
 	departedFor = 10 * time.Minute
 )
 
-// line is one pod's line of a node report: its name and its entries.
+// restartHold is how long, at most, a restarted agent holds the objects it read back
+// before writing them again: its pods' lines were in the process it replaced, and each
+// pod sends its report again once it sees the new agent. Written before they have, an
+// object would count fewer pods than run, and the fleet's counts would dip; held until
+// every pod wired to the agent has reported (or this long), the first write says what
+// the API server holds when nothing changed meanwhile, and is not made.
+const restartHold = 10 * time.Second
+
+// line is one pod's last report, as the agent keeps it on the node: its name and entries.
 type line struct {
 	pod     string
 	entries []breakerconfig.ReportEntry
-	// body is the entries as written, what a change is judged by.
+	// body is the entries as sent, what a resend is judged by.
 	body []byte
 }
 
 func (l line) same(o line) bool { return l.pod == o.pod && bytes.Equal(l.body, o.body) }
 
-// nsReport is one namespace's NodeBreakerReport: what the agent wants it to say, what the
-// API server holds, and where its pacing stands (pacing.go).
+// nsReport is one namespace's NodeBreakerReport: the lines of the pods it adds up, what
+// the API server holds, and where its pacing stands (pacing.go).
 type nsReport struct {
-	lines        map[types.UID]line // what the object should say
-	written      map[types.UID]line // what the API server holds
+	lines        map[types.UID]line // the node's pods that report in the namespace
+	written      []byte             // the entries the API server holds, as JSON
 	writtenOwner types.UID          // the Node UID of the object written
 	exists       bool               // the API server holds the object
+	// heldUntil: a restarted agent writes the object read back no sooner (restartHold),
+	// unless every pod wired to it has reported.
+	heldUntil time.Time
 
 	pending   change // changes no write has taken yet
 	taken     change // the changes of the write in flight
@@ -60,29 +65,18 @@ type nsReport struct {
 	failing   string    // the error of the current run of failures, logged once
 }
 
-func (r *nsReport) matchesWritten(owner types.UID) bool {
-	if len(r.lines) == 0 {
-		return !r.exists
-	}
-	if !r.exists || r.writtenOwner != owner || len(r.lines) != len(r.written) {
-		return false
-	}
-	for uid, l := range r.lines {
-		if w, ok := r.written[uid]; !ok || !l.same(w) {
-			return false
-		}
-	}
-	return true
-}
-
-// book holds the node's reports, one per namespace with reporting pods, and writes them.
-// A pod's report replaces its line at once; writing is the writer's (pacing.go).
+// book holds the node's pods' lines, adds them up into one report per namespace with
+// reporting pods (counting.Node), and writes them. A pod's report replaces its line at
+// once; writing is the writer's (pacing.go).
 type book struct {
 	node   string
 	writer objectWriter
 	clock  clock.WithTicker
 	log    *slog.Logger
 	pace   pacing
+	// pods says what the agent's pod cache knows of the node's pods: their revision, and
+	// which pods wired to the agent run in a namespace.
+	pods podLookup
 
 	wake chan struct{} // 1-buffered: one pending wake-up is enough
 
@@ -93,14 +87,29 @@ type book struct {
 	active   int // guarded by mu: writes in flight
 
 	writes, failures atomic.Int64
+	latency          writeLatency
+}
+
+// podLookup is what the book reads of the agent's pod cache.
+type podLookup interface {
+	// revision is the revision of the pod of uid ("" for none, or a pod not cached).
+	revision(uid types.UID) string
+	// wired returns the UIDs of the running pods of namespace wired to the agent.
+	wired(namespace string) []types.UID
 }
 
 func newBook(node string, w objectWriter, clk clock.WithTicker, log *slog.Logger) *book {
 	return &book{
-		node: node, writer: w, clock: clk, log: log, pace: defaultPacing,
+		node: node, writer: w, clock: clk, log: log, pace: defaultPacing, pods: noPods{},
 		wake: make(chan struct{}, 1), reports: map[string]*nsReport{}, departed: map[types.UID]time.Time{},
 	}
 }
+
+// noPods is the lookup of a book whose agent has no pod cache yet.
+type noPods struct{}
+
+func (noPods) revision(types.UID) string { return "" }
+func (noPods) wired(string) []types.UID  { return nil }
 
 func (b *book) setOwner(uid types.UID) {
 	b.mu.Lock()
@@ -122,7 +131,7 @@ func (b *book) signal() {
 func (b *book) report(ns string) *nsReport {
 	r := b.reports[ns]
 	if r == nil {
-		r = &nsReport{lines: map[types.UID]line{}, written: map[types.UID]line{}}
+		r = &nsReport{lines: map[types.UID]line{}}
 		b.reports[ns] = r
 	}
 	return r
@@ -137,9 +146,32 @@ func (b *book) changed(r *nsReport, urgent bool) {
 	b.signal()
 }
 
+// entries is what r's lines add up to, as the object carries them. Caller holds mu.
+func (b *book) entries(r *nsReport) []resiliencev1alpha1.NodeBreakerEntry {
+	lines := make([]counting.PodLine, 0, len(r.lines))
+	for uid, l := range r.lines {
+		lines = append(lines, counting.PodLine{Name: l.pod, UID: uid, Revision: b.pods.revision(uid), Entries: l.entries})
+	}
+	return counting.Node(lines)
+}
+
+// matchesWritten reports whether what r adds up to is what the API server holds, and
+// returns it. Caller holds mu.
+func (b *book) matchesWritten(r *nsReport) ([]resiliencev1alpha1.NodeBreakerEntry, bool) {
+	entries := b.entries(r)
+	if len(entries) == 0 {
+		return nil, !r.exists
+	}
+	if !r.exists || r.writtenOwner != b.owner {
+		return entries, false
+	}
+	body, err := json.Marshal(entries)
+	return entries, err == nil && bytes.Equal(body, r.written)
+}
+
 // put makes id's line say entries, which passed Validate. A resend of what the line says
 // already changes nothing; a report with no entries takes the line out. It refuses (409)
-// a pod the object has no room for, and (403) a pod that has left the node.
+// a pod or a breaker the object has no room for, and (403) a pod that has left the node.
 func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 	body, err := json.Marshal(entries)
 	if err != nil {
@@ -152,11 +184,13 @@ func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 		return refuse(http.StatusForbidden, "pod %s (uid %s) has left node %s", id, id.podUID, b.node)
 	}
 	if len(entries) == 0 {
-		if r := b.reports[id.namespace]; r != nil {
-			if _, had := r.lines[id.podUID]; had {
-				delete(r.lines, id.podUID)
-				b.changed(r, true)
-			}
+		// An empty line: the pod has nothing to report, and a restarted agent need not wait
+		// for it.
+		r := b.report(id.namespace)
+		old, had := r.lines[id.podUID]
+		r.lines[id.podUID] = next
+		if had && len(old.entries) > 0 {
+			b.changed(r, true)
 		}
 		return nil
 	}
@@ -165,27 +199,36 @@ func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 	switch {
 	case had && old.same(next):
 		return nil
-	case !had && len(r.lines) >= resiliencev1alpha1.MaxNodeReportPods:
-		return refuse(http.StatusConflict, "node %s's report in namespace %s carries %d pods, the most a NodeBreakerReport holds: pod %s's report is not carried", b.node, id.namespace, len(r.lines), id)
+	case !had && len(r.lines) >= resiliencev1alpha1.MaxNodePods:
+		return refuse(http.StatusConflict, "node %s's report in namespace %s adds up %d pods, the most a NodeBreakerReport counts: pod %s's report is not carried", b.node, id.namespace, len(r.lines), id)
 	}
-	if size := r.size(id.podUID, next); size > maxObjectBytes {
-		return refuse(http.StatusConflict, "with pod %s's report, node %s's report in namespace %s would hold %d bytes of entries, over the %d a NodeBreakerReport may: send fewer entries or shorter configErrors", id, b.node, id.namespace, size, maxObjectBytes)
+	if n := r.pairs(id.podUID, entries, b.pods.revision); n > resiliencev1alpha1.MaxNodeReportEntries {
+		return refuse(http.StatusConflict, "with pod %s's report, node %s's report in namespace %s would hold %d entries (breakers × revisions), over the %d a NodeBreakerReport may", id, b.node, id.namespace, n, resiliencev1alpha1.MaxNodeReportEntries)
 	}
 	r.lines[id.podUID] = next
 	b.changed(r, urgent(old.entries, entries))
 	return nil
 }
 
-// size is how many bytes the lines of r would take with uid's line replaced by l.
-func (r *nsReport) size(uid types.UID, l line) int {
-	const perLine = 96 // the name, uid and keys around the entries
-	n := len(l.pod) + len(uid) + len(l.body) + perLine
-	for u, o := range r.lines {
-		if u != uid {
-			n += len(o.pod) + len(u) + len(o.body) + perLine
+// pairs is how many entries (breaker and revision) r's object would hold with uid's line
+// saying entries, each pod at the revision its pod cache has. Caller holds mu.
+func (r *nsReport) pairs(uid types.UID, entries []breakerconfig.ReportEntry, revision func(types.UID) string) int {
+	type pair struct{ name, revision string }
+	seen := map[pair]bool{}
+	rev := revision(uid)
+	for _, e := range entries {
+		seen[pair{e.Name, rev}] = true
+	}
+	for u, l := range r.lines {
+		if u == uid {
+			continue
+		}
+		rev := revision(u)
+		for _, e := range l.entries {
+			seen[pair{e.Name, rev}] = true
 		}
 	}
-	return n
+	return len(seen)
 }
 
 // urgent reports whether replacing old entries with next brings news the fleet decides
@@ -217,6 +260,18 @@ func urgent(old, next []breakerconfig.ReportEntry) bool {
 	return len(was) > 0
 }
 
+// revisionChanged records that a pod of namespace moved to another revision (relabelled),
+// which changes the entry it counts in.
+func (b *book) revisionChanged(ns string, uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := b.reports[ns]; r != nil {
+		if _, ok := r.lines[uid]; ok {
+			b.changed(r, false)
+		}
+	}
+}
+
 // podGone takes the line of a pod that left the node (deleted, or finished) out of its
 // namespace's report, and refuses its reports from now on.
 func (b *book) podGone(ns string, uid types.UID) {
@@ -241,66 +296,50 @@ func (b *book) podGone(ns string, uid types.UID) {
 	}
 }
 
-// readBack takes the node's reports that the API server holds as written: a restarted
-// agent then writes nothing the pods' resent reports do not change. The lines of pods no
-// longer bound to the node (bound says which are) are dropped, and that change written.
-func (b *book) readBack(ctx context.Context, bound func(string, types.UID) bool) error {
+// readBack takes the node's reports that the API server holds as written, and holds
+// them (restartHold) until the pods wired to the agent have sent their reports again, so
+// that a restarted agent writes nothing the pods' resent reports do not change.
+func (b *book) readBack(ctx context.Context) error {
 	list, err := b.writer.list(ctx, fields.OneTermEqualSelector("metadata.name", b.node).String())
 	if err != nil {
 		return fmt.Errorf("list this node's NodeBreakerReports: %w", err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, o := range list {
+	until := b.clock.Now().Add(restartHold)
+	for i := range list {
+		o := &list[i]
 		if o.NodeName != b.node {
 			continue
 		}
-		r := b.report(o.Metadata.Namespace)
-		r.exists = true
-		if len(o.Metadata.OwnerReferences) == 1 && o.Metadata.OwnerReferences[0].Kind == "Node" {
-			r.writtenOwner = o.Metadata.OwnerReferences[0].UID
+		r := b.report(o.Namespace)
+		r.exists, r.heldUntil = true, until
+		if len(o.OwnerReferences) == 1 && o.OwnerReferences[0].Kind == "Node" {
+			r.writtenOwner = o.OwnerReferences[0].UID
 		}
-		for _, p := range o.Pods {
-			body, err := json.Marshal(p.Breakers)
-			if err != nil {
-				return err
-			}
-			l := line{pod: p.Name, entries: p.Breakers, body: body}
-			r.written[p.UID] = l
-			if bound(o.Metadata.Namespace, p.UID) {
-				r.lines[p.UID] = l
-			}
+		if r.written, err = json.Marshal(o.Breakers); err != nil {
+			return err
 		}
-		if !r.matchesWritten(b.owner) {
-			b.changed(r, false)
-		}
+		b.changed(r, false)
 	}
 	b.log.Info("Read back this node's reports", "namespaces", len(list))
 	return nil
 }
 
-// nodeReportObject is a NodeBreakerReport as the agent writes and reads it: entries in
-// their wire type, whose since keeps its milliseconds (metav1.Time would cut them).
-type nodeReportObject struct {
-	APIVersion string           `json:"apiVersion"`
-	Kind       string           `json:"kind"`
-	Metadata   nodeReportMeta   `json:"metadata"`
-	NodeName   string           `json:"nodeName"`
-	Pods       []nodeReportLine `json:"pods"`
-}
-
-type nodeReportMeta struct {
-	Name            string                  `json:"name"`
-	Namespace       string                  `json:"namespace"`
-	ResourceVersion string                  `json:"resourceVersion,omitempty"`
-	Labels          map[string]string       `json:"labels,omitempty"`
-	Annotations     map[string]string       `json:"annotations,omitempty"`
-	Finalizers      []string                `json:"finalizers,omitempty"`
-	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
-}
-
-type nodeReportLine struct {
-	Name     string                      `json:"name"`
-	UID      types.UID                   `json:"uid"`
-	Breakers []breakerconfig.ReportEntry `json:"breakers"`
+// held reports whether r, read back at a restart, waits for its pods' reports at now: until
+// restartHold passes or every running pod wired to the agent in ns has reported. Caller
+// holds mu.
+func (b *book) held(ns string, r *nsReport, now time.Time) bool {
+	if r.heldUntil.IsZero() {
+		return false
+	}
+	if now.Before(r.heldUntil) {
+		for _, uid := range b.pods.wired(ns) {
+			if _, ok := r.lines[uid]; !ok {
+				return true
+			}
+		}
+	}
+	r.heldUntil = time.Time{}
+	return false
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,10 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -74,9 +73,9 @@ func TestReportsCoalesce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	eventually(t, "every pod's line in the node's object", func() error {
-		if n := len(linesOf(nodeReport(t, ns, node.Name))); n != len(pods) {
-			return fmt.Errorf("%d lines", n)
+	eventually(t, "every pod counted open in the node's object", func() error {
+		if n, open := counted(t, ns, node.Name, "payments", ""); n != int32(len(pods)) || open != n {
+			return fmt.Errorf("%d pods, %d open", n, open)
 		}
 		return nil
 	})
@@ -126,9 +125,9 @@ func TestPodLeavingLosesItsLine(t *testing.T) {
 			t.Fatalf("%d %s", status, body)
 		}
 	}
-	eventually(t, "three lines", func() error {
-		if n := len(linesOf(nodeReport(t, ns, node.Name))); n != 3 {
-			return fmt.Errorf("%d lines", n)
+	eventually(t, "three pods counted", func() error {
+		if n, _ := counted(t, ns, node.Name, "payments", ""); n != 3 {
+			return fmt.Errorf("%d pods", n)
 		}
 		return nil
 	})
@@ -138,12 +137,14 @@ func TestPodLeavingLosesItsLine(t *testing.T) {
 	pods[1].Status.Phase = corev1.PodFailed
 	must(t, k8sClient.Status().Update(ctx, pods[1]))
 	eventually(t, "the deleted and the failed pod's lines gone", func() error {
-		lines := linesOf(nodeReport(t, ns, node.Name))
-		if len(lines) != 1 || lines[pods[2].Name] == nil {
-			return fmt.Errorf("lines of %v", slices.Sorted(maps.Keys(lines)))
+		if n, _ := counted(t, ns, node.Name, "payments", ""); n != 1 {
+			return fmt.Errorf("%d pods counted", n)
 		}
 		return nil
 	})
+	if held := podNames(podsOf(t, agent, ns, "")); !slices.Equal(held, []string{pods[2].Name}) {
+		t.Errorf("the agent holds the lines of %v, want %s's alone", held, pods[2].Name)
+	}
 	// Its token is one the agent believes still, until it expires: its pod is what
 	// refuses it.
 	for i, says := range map[int]string{0: "there is no such pod", 1: "has finished (phase Failed)"} {
@@ -151,13 +152,17 @@ func TestPodLeavingLosesItsLine(t *testing.T) {
 			t.Errorf("a report from %s after it left: %d %s, want 403 saying %q", pods[i].Name, status, body, says)
 		}
 	}
-	if lines := linesOf(nodeReport(t, ns, node.Name)); len(lines) != 1 {
-		t.Errorf("a report from a pod gone brought a line back: %v", slices.Sorted(maps.Keys(lines)))
+	eventually(t, "the agent idle", idle(agent))
+	if n, open := counted(t, ns, node.Name, "payments", ""); n != 1 || open != 0 {
+		t.Errorf("a report from a pod gone counted: %d pods, %d open", n, open)
+	}
+	if held := podNames(podsOf(t, agent, ns, "")); len(held) != 1 {
+		t.Errorf("a report from a pod gone brought a line back: %v", held)
 	}
 	must(t, k8sClient.Delete(ctx, pods[2], client.GracePeriodSeconds(0)))
 	eventually(t, "the object deleted with its last line", func() error {
 		if r := nodeReport(t, ns, node.Name); r != nil {
-			return fmt.Errorf("still there with %d lines", len(r.Pods))
+			return fmt.Errorf("still there with %d entries", len(r.Breakers))
 		}
 		return nil
 	})
@@ -177,7 +182,7 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 		t.Fatalf("%d %s", status, body)
 	}
 	eventually(t, "the good pod's line", func() error {
-		if len(linesOf(nodeReport(t, ns, node.Name))) != 1 {
+		if n, _ := counted(t, ns, node.Name, "payments", ""); n != 1 {
 			return errors.New("not yet")
 		}
 		return nil
@@ -245,6 +250,12 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 		{"retries over requests", with("requests", 10, "retries", 11), "breakers[0].retries", true},
 		{"throttled over requests", with("requests", 10, "throttled", 11), "breakers[0].throttled", true},
 		{"accepts without requests", with("accepts", 1), "breakers[0].accepts", true},
+		{"an in-flight peak past 10^6", with("inFlightPeak", 1_000_001), "breakers[0].inFlightPeak", false},
+		{"limited below 0", with("limited", -1), "breakers[0].limited", false},
+		{"a baseline in words", with("baseline", "quick"), "breakers[0].baseline", false},
+		{"a baseline below 0", with("baseline", "-5ms"), "breakers[0].baseline", false},
+		{"a baseline past an hour", with("baseline", "1h0m0.001s"), "breakers[0].baseline", false},
+		{"a baseline too long for Go", with("baseline", "99999999999999h"), "breakers[0].baseline", false},
 		{"a candidate in an unknown state", with("candidate", candidate("state", "Ajar")), "breakers[0].candidate.state", false},
 		{"a candidate with no since", with("candidate", candidate("since", nil)), "breakers[0].candidate.since", false},
 		{"a candidate's since in words", with("candidate", candidate("since", "yesterday")), "breakers[0].candidate.since", false},
@@ -270,6 +281,7 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 	// At the bounds, both take it.
 	edge := with("calls", int64(1)<<53-1, "failureRatePercent", 100, "configError", strings.Repeat("é", 1024),
 		"requests", int64(1e12), "accepts", int64(1e12), "retries", 0, "throttled", int64(1e12),
+		"inFlightPeak", 1_000_000, "limited", int64(1e12), "baseline", "1h0m0s",
 		"keys", map[string]any{"keys": 400000, "open": 400000, "halfOpen": 0, "worst": []string{long(253)}},
 		"candidate", candidate("opens", int64(1e12), "wouldRefuse", int64(1e12), "enforced", map[string]any{"opens": int64(1e12), "refused": int64(1e12)}))
 	if status, body := call(t, http.MethodPut, agent.url+breakerconfig.AgentReportPath, tokens[1], map[string]any{"breakers": edge}); status != http.StatusOK {
@@ -279,15 +291,15 @@ func TestBadEntriesAgreeWithTheSchema(t *testing.T) {
 		t.Errorf("the API server refused an entry at the bounds: %v", err)
 	}
 	eventually(t, "the entry at the bounds written beside the good line", func() error {
-		r := nodeReport(t, ns, node.Name)
-		if len(r.Pods) != 2 {
-			return fmt.Errorf("%d lines", len(r.Pods))
-		}
-		if state, _ := stateOf(r, "web-00", "payments"); state != breakerconfig.StateOpen {
-			return fmt.Errorf("the good line lost: %+v", r.Pods)
+		e := entryOf(nodeReport(t, ns, node.Name), "payments", "")
+		if e == nil || e.Pods != 2 || e.EarnedOpen != 2 || e.ConfigErrors != 1 {
+			return fmt.Errorf("entry %+v, want 2 pods, both earned Opens, one refusing its config", e)
 		}
 		return nil
 	})
+	if state, _ := podState(t, agent, ns, "web-00", "payments"); state != breakerconfig.StateOpen {
+		t.Errorf("the good pod's line says %q, want Open", state)
+	}
 	if before.ResourceVersion == "" {
 		t.Fatal("no object before the bad entries")
 	}
@@ -317,30 +329,63 @@ func breakerReport(ns, name string, entries []map[string]any) *unstructured.Unst
 	}}
 }
 
-// TestTooManyEntriesAgreeWithTheNodeSchema: a pod's line holds at most 100 entries in a
-// NodeBreakerReport; the agent refuses a report of 101 before the API server would refuse
-// the node's object.
+// podNames returns the pods' names, in the order given.
+func podNames(pods []breakerconfig.AgentPod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// TestTooManyEntriesAgreeWithTheNodeSchema: a pod's report holds at most 100 entries, and
+// a node's object at most 256 breaker-and-revision pairs; the agent refuses a report of
+// 101, and the report that would make the object's 257th pair, before the API server
+// would refuse the node's object whole.
 func TestTooManyEntriesAgreeWithTheNodeSchema(t *testing.T) {
 	t.Parallel()
 	node := newNode(t)
 	ns := newNamespace(t)
 	agent := startAgent(t, node, agentOptions{})
-	_, tokens := podsOnNode(t, agent, ns, node.Name, 1)
-	entries := make([]breakerconfig.ReportEntry, breakerconfig.MaxAgentEntries+1)
-	for i := range entries {
-		entries[i] = started
-		entries[i].Name = fmt.Sprintf("b%03d", i)
+	_, tokens := podsOnNode(t, agent, ns, node.Name, 3)
+	breakers := func(first, n int) []breakerconfig.ReportEntry {
+		out := make([]breakerconfig.ReportEntry, n)
+		for i := range out {
+			out[i] = started
+			out[i].Name = fmt.Sprintf("b%03d", first+i)
+		}
+		return out
 	}
-	if status, body := putReport(t, agent, tokens[0], entries...); status != http.StatusBadRequest || !strings.Contains(string(body), "breakers: must hold at most 100") {
+	if status, body := putReport(t, agent, tokens[0], breakers(0, breakerconfig.MaxAgentEntries+1)...); status != http.StatusBadRequest || !strings.Contains(string(body), "breakers: must hold at most 100") {
 		t.Errorf("101 entries: %d %s, want 400", status, body)
 	}
-	obj := (&book{node: node.Name}).object(ns, map[types.UID]line{"u": {pod: "p", entries: entries}}, node.UID)
+	for i, first := range []int{0, 100} {
+		if status, body := putReport(t, agent, tokens[i], breakers(first, 100)...); status != http.StatusOK {
+			t.Fatalf("pod %d's 100 entries: %d %s", i, status, body)
+		}
+	}
+	if status, body := putReport(t, agent, tokens[2], breakers(200, 57)...); status != http.StatusConflict || !strings.Contains(string(body), "would hold 257 entries") {
+		t.Errorf("the 257th pair: %d %s, want 409", status, body)
+	}
+	if status, body := putReport(t, agent, tokens[2], breakers(200, 56)...); status != http.StatusOK {
+		t.Errorf("the 256th pair: %d %s, want 200", status, body)
+	}
+	eventually(t, "256 entries written", func() error {
+		if r := nodeReport(t, ns, node.Name); r == nil || len(r.Breakers) != resiliencev1alpha1.MaxNodeReportEntries {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+
+	// The API server refuses an object of 257.
+	entries := counting.Node([]counting.PodLine{{Name: "p", UID: "u", Entries: breakers(0, resiliencev1alpha1.MaxNodeReportEntries+1)}})
+	obj := (&book{node: node.Name}).object(ns, entries, node.UID)
 	raw, err := json.Marshal(obj)
 	must(t, err)
 	u := &unstructured.Unstructured{}
 	must(t, json.Unmarshal(raw, &u.Object))
-	if err := k8sClient.Create(context.Background(), u, client.DryRunAll); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "pods[0].breakers") {
-		t.Errorf("the API server given a line of 101 entries: %v, want Invalid naming pods[0].breakers", err)
+	if err := k8sClient.Create(context.Background(), u, client.DryRunAll); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "breakers: Too many: 257") {
+		t.Errorf("the API server given an object of 257 entries: %v, want Invalid naming breakers", err)
 	}
 }
 
@@ -354,13 +399,13 @@ func TestWriteAfterAnotherWriter(t *testing.T) {
 	node := newNode(t)
 	ns := newNamespace(t)
 	agent := startAgent(t, node, agentOptions{})
-	pods, tokens := podsOnNode(t, agent, ns, node.Name, 2)
+	_, tokens := podsOnNode(t, agent, ns, node.Name, 2)
 	if status, body := putReport(t, agent, tokens[0], tripped); status != http.StatusOK {
 		t.Fatalf("pod 0: %d %s", status, body)
 	}
 	eventually(t, "pod 0's line written", func() error {
-		if _, ok := linesOf(nodeReport(t, ns, node.Name))[pods[0].Name]; !ok {
-			return errors.New("no line")
+		if n, _ := counted(t, ns, node.Name, "payments", ""); n != 1 {
+			return errors.New("not counted")
 		}
 		return nil
 	})
@@ -378,8 +423,8 @@ func TestWriteAfterAnotherWriter(t *testing.T) {
 	}
 	eventually(t, "pod 1's line written after the other's update", func() error {
 		rep := nodeReport(t, ns, node.Name)
-		if n := len(linesOf(rep)); n != 2 {
-			return fmt.Errorf("%d lines", n)
+		if e := entryOf(rep, "payments", ""); e == nil || e.Pods != 2 {
+			return fmt.Errorf("entry %+v, want 2 pods", e)
 		}
 		if got := rep.Annotations["example.com/seen-by"]; got != "an auditor" {
 			return fmt.Errorf("the other writer's annotation is %q", got)

@@ -40,21 +40,13 @@ func TestAgentKilledMidIncident(t *testing.T) {
 	q1 := startAppPod(t, agent, newPod(t, quiet, "batch-1", node.Name), clock, "payments")
 	pods := []*appPod{a1, a2, b1, q1}
 	eventually(t, "every pod's first report written", func() error {
-		for _, pod := range pods {
-			if state, _ := stateOf(nodeReport(t, pod.pod.Namespace, node.Name), pod.pod.Name, "payments"); state != breakerconfig.StateClosed {
-				return fmt.Errorf("%s: %q", pod.pod.Name, state)
-			}
-		}
-		return nil
+		return countsAre(t, node.Name, map[string][2]int32{shop: {2, 0}, blog: {1, 0}, quiet: {1, 0}})
 	})
 
 	// The incident: checkout-1 trips, and its report is written.
 	trip(t, a1)
 	eventually(t, "checkout-1's Open written", func() error {
-		if state, _ := stateOf(nodeReport(t, shop, node.Name), "checkout-1", "payments"); state != breakerconfig.StateOpen {
-			return fmt.Errorf("%q", state)
-		}
-		return nil
+		return countsAre(t, node.Name, map[string][2]int32{shop: {2, 1}})
 	})
 	// checkout-2 trips too; the agent acknowledges it but, paced, has not written it when
 	// it is killed.
@@ -68,10 +60,14 @@ func TestAgentKilledMidIncident(t *testing.T) {
 		}
 		return nil
 	})
-	agent.kill(t)
-	if state, _ := stateOf(nodeReport(t, shop, node.Name), "checkout-2", "payments"); state != breakerconfig.StateClosed {
-		t.Fatalf("checkout-2's Open was written before the kill (%q): the test shows nothing of a resend", state)
+	if state, _ := podState(t, agent, shop, "checkout-2", "payments"); state != breakerconfig.StateOpen {
+		t.Fatalf("the agent holds checkout-2 %q, want its acknowledged Open", state)
 	}
+	agent.kill(t)
+	if err := countsAre(t, node.Name, map[string][2]int32{shop: {2, 1}}); err != nil {
+		t.Fatalf("checkout-2's Open was written before the kill (%v): the test shows nothing of a resend", err)
+	}
+	quietBefore := nodeReport(t, quiet, node.Name).ResourceVersion
 
 	// The agent is gone: the pods decide alone.
 	trip(t, b1)
@@ -93,15 +89,9 @@ func TestAgentKilledMidIncident(t *testing.T) {
 		t.Fatal("the restarted agent has the old one's identity")
 	}
 	eventually(t, "the restarted agent converged", func() error {
-		for _, want := range []struct{ ns, pod, state string }{
-			{shop, "checkout-1", breakerconfig.StateOpen},
-			{shop, "checkout-2", breakerconfig.StateOpen}, // only a resend can bring it
-			{blog, "writer-1", breakerconfig.StateOpen},
-			{quiet, "batch-1", breakerconfig.StateClosed},
-		} {
-			if state, _ := stateOf(nodeReport(t, want.ns, node.Name), want.pod, "payments"); state != want.state {
-				return fmt.Errorf("%s: %q, want %s", want.pod, state, want.state)
-			}
+		// checkout-2's Open only a resend can bring.
+		if err := countsAre(t, node.Name, map[string][2]int32{shop: {2, 2}, blog: {1, 1}, quiet: {1, 0}}); err != nil {
+			return err
 		}
 		for _, pod := range pods {
 			if !pod.agent.ReportWritten() {
@@ -119,9 +109,32 @@ func TestAgentKilledMidIncident(t *testing.T) {
 	if n := restarted.writes.writesTo(quiet); n != 0 {
 		t.Errorf("the restarted agent wrote the unchanged object of %s %d times", quiet, n)
 	}
+	if rv := nodeReport(t, quiet, node.Name).ResourceVersion; rv != quietBefore {
+		t.Errorf("the unchanged object of %s moved from resourceVersion %s to %s across the restart", quiet, quietBefore, rv)
+	}
+	for _, want := range []struct{ ns, pod, state string }{
+		{shop, "checkout-1", breakerconfig.StateOpen}, {shop, "checkout-2", breakerconfig.StateOpen},
+		{blog, "writer-1", breakerconfig.StateOpen}, {quiet, "batch-1", breakerconfig.StateClosed},
+	} {
+		if state, _ := podState(t, restarted, want.ns, want.pod, "payments"); state != want.state {
+			t.Errorf("the restarted agent holds %s %q, want %s", want.pod, state, want.state)
+		}
+	}
 	if n := restarted.writes.writesTo(shop); n < 1 {
 		t.Errorf("the restarted agent never wrote %s, where checkout-2's Open was missing", shop)
 	}
+}
+
+// countsAre checks, for each namespace, how many pods the node's object counts for breaker
+// payments and how many of them are open.
+func countsAre(t *testing.T, node string, want map[string][2]int32) error {
+	t.Helper()
+	for ns, w := range want {
+		if pods, open := counted(t, ns, node, "payments", ""); pods != w[0] || open != w[1] {
+			return fmt.Errorf("%s: %d pods, %d open; want %d, %d", ns, pods, open, w[0], w[1])
+		}
+	}
+	return nil
 }
 
 // trip opens pod's breaker by its own calls.

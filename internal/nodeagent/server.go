@@ -30,7 +30,8 @@ func (a *Agent) handler() http.Handler {
 	})
 	mux.HandleFunc("PUT "+breakerconfig.AgentReportPath, a.serveReport)
 	mux.HandleFunc("GET "+breakerconfig.AgentConfigPath, a.serveConfig)
-	for path, method := range map[string]string{breakerconfig.AgentReportPath: "PUT", breakerconfig.AgentConfigPath: "GET"} {
+	mux.HandleFunc("GET "+breakerconfig.AgentPodsPath, a.servePods)
+	for path, method := range map[string]string{breakerconfig.AgentReportPath: "PUT", breakerconfig.AgentConfigPath: "GET", breakerconfig.AgentPodsPath: "GET"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", method)
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use %s", r.Method, path, method))
@@ -88,6 +89,8 @@ func (a *Agent) serveConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	c := a.configs.acquire(id.namespace)
 	defer a.configs.release(c)
+	a.streams.Add(1)
+	defer a.streams.Add(-1)
 	w.Header().Set("Content-Type", breakerconfig.AgentStreamType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -95,24 +98,41 @@ func (a *Agent) serveConfig(w http.ResponseWriter, r *http.Request) {
 	// The server's read deadline, there for request bodies, would end the stream: the
 	// connection's idle read hitting it cancels the request.
 	_ = rc.SetReadDeadline(time.Time{})
+	// Every write has its deadline: a pod that stops reading loses its stream once the
+	// connection's buffers are full and a write waits longer than this.
+	send := func(line func() error) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(a.port.streamWrite))
+		return line() == nil && rc.Flush() == nil
+	}
 	// The headers go at once, so that the pod knows it is connected before the first
 	// list of a new watch has come back.
-	if rc.Flush() != nil {
+	if !send(func() error { return nil }) {
 		return
 	}
 	enc := json.NewEncoder(w)
+	// A stream with nothing to say gets a heartbeat, an empty line (a JSON decoder skips
+	// it) every AgentHeartbeatInterval: the pod, which reconnects a stream silent for
+	// AgentStreamTimeout, knows the agent is there, and the agent's data in flight makes
+	// a vanished pod's connection fail (tcpUserTimeout) rather than linger.
+	heartbeat := time.NewTimer(a.port.heartbeat)
+	defer heartbeat.Stop()
 	for {
 		s, changed, synced := c.current()
-		if synced {
-			_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
-			if enc.Encode(s) != nil || rc.Flush() != nil {
-				return
-			}
-		}
-		select {
-		case <-r.Context().Done():
+		if synced && !send(func() error { return enc.Encode(s) }) {
 			return
-		case <-changed:
+		}
+		for quiet := true; quiet; {
+			heartbeat.Reset(a.port.heartbeat)
+			select {
+			case <-r.Context().Done():
+				return
+			case <-changed:
+				quiet = false
+			case <-heartbeat.C:
+				if !send(func() error { _, err := w.Write([]byte{'\n'}); return err }) {
+					return
+				}
+			}
 		}
 	}
 }
@@ -127,6 +147,11 @@ func (a *Agent) identify(w http.ResponseWriter, r *http.Request) (identity, bool
 		return identity{}, false
 	}
 	id, err := a.auth.authenticate(r.Context(), r.Header.Get("Authorization"))
+	if err == nil {
+		if r := id.asPod(); r != nil {
+			err = r
+		}
+	}
 	if err == nil && id.node != a.node {
 		err = refuse(http.StatusForbidden, "the token is of pod %s on node %s: this agent serves node %s only", id, id.node, a.node)
 	}
@@ -142,12 +167,13 @@ func (a *Agent) identify(w http.ResponseWriter, r *http.Request) (identity, bool
 
 // refuse answers err: a refusal with its status, anything else 500.
 func (a *Agent) refuse(w http.ResponseWriter, err error) {
-	a.refused.Add(1)
 	var r *refusal
 	if !errors.As(err, &r) {
+		a.refused.add(http.StatusInternalServerError)
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	a.refused.add(r.status)
 	if r.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fusebox-node"`)
 	}

@@ -25,11 +25,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -113,6 +113,7 @@ func grantAgent() error {
 	for _, o := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: agentAccount}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: breakerconfig.NodeAgentReaderName}},
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fusebox-node"}, Rules: agentRules},
 		&rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "fusebox-node"},
@@ -176,13 +177,20 @@ func newNamespace(t testing.TB) string {
 }
 
 // newPod creates a pod bound to node, as the scheduler would have bound it (there is no
-// kubelet: it stays Pending, which is a running pod to the agent).
-func newPod(t testing.TB, ns, name, node string) *corev1.Pod {
+// kubelet: it stays Pending, which is a running pod to the agent), wired to the node's
+// agent as the injection webhook wires one (FUSEBOX_NODE_AGENT in its spec), with labels.
+func newPod(t testing.TB, ns, name, node string, labels ...string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "app",
-			Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+			Containers: []corev1.Container{{Name: "app", Image: "app", Env: []corev1.EnvVar{{Name: breakerconfig.EnvNodeAgent, Value: "http://10.96.0.10:8476"}}}}},
+	}
+	for i := 0; i+1 < len(labels); i += 2 {
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		p.Labels[labels[i]] = labels[i+1]
 	}
 	must(t, k8sClient.Create(context.Background(), p))
 	return p
@@ -234,6 +242,8 @@ type runningAgent struct {
 type agentOptions struct {
 	addr  string // "" picks a free port
 	grace time.Duration
+	clock clock.WithTicker // nil: the real clock
+	port  portLimits       // zero values: the defaults
 }
 
 func startAgent(t testing.TB, node *corev1.Node, opt agentOptions) *runningAgent {
@@ -242,7 +252,7 @@ func startAgent(t testing.TB, node *corev1.Node, opt agentOptions) *runningAgent
 	c := agentIdentity(node)
 	counter := &requestCounter{}
 	c.WrapTransport = counter.wrap
-	a, err := New(Options{Config: c, NodeName: node.Name, ShutdownGrace: opt.grace, Logger: testLogger(t, node.Name)})
+	a, err := New(Options{Config: c, NodeName: node.Name, ShutdownGrace: opt.grace, Logger: testLogger(t, node.Name), clock: opt.clock, port: opt.port})
 	must(t, err)
 	addr := opt.addr
 	if addr == "" {
@@ -415,36 +425,27 @@ func nodeReport(t testing.TB, ns, node string) *resiliencev1alpha1.NodeBreakerRe
 	return &r
 }
 
-// linesOf returns the report's pods' entries by pod name, and each pod's UID.
-func linesOf(r *resiliencev1alpha1.NodeBreakerReport) map[string][]resiliencev1alpha1.BreakerReportEntry {
-	out := map[string][]resiliencev1alpha1.BreakerReportEntry{}
+// entryOf returns the report's entry of breaker at revision, nil if it has none.
+func entryOf(r *resiliencev1alpha1.NodeBreakerReport, breaker, revision string) *resiliencev1alpha1.NodeBreakerEntry {
 	if r == nil {
-		return out
+		return nil
 	}
-	for _, p := range r.Pods {
-		out[p.Name] = p.Breakers
-	}
-	return out
-}
-
-// stateOf returns the state and reason of breaker name on pod's line.
-func stateOf(r *resiliencev1alpha1.NodeBreakerReport, pod, name string) (string, string) {
-	for _, e := range linesOf(r)[pod] {
-		if e.Name == name {
-			return string(e.State), e.Reason
+	for i := range r.Breakers {
+		if e := &r.Breakers[i]; e.Name == breaker && e.Revision == revision {
+			return e
 		}
 	}
-	return "", ""
+	return nil
 }
 
-// podUIDOf returns the UID of a pod's line.
-func podUIDOf(r *resiliencev1alpha1.NodeBreakerReport, pod string) types.UID {
-	for _, p := range r.Pods {
-		if p.Name == pod {
-			return p.UID
-		}
+// counted returns how many pods the node's report in ns counts for breaker at revision,
+// and how many of them are open: 0, 0 when there is no such entry or no report.
+func counted(t testing.TB, ns, node, breaker, revision string) (pods, open int32) {
+	t.Helper()
+	if e := entryOf(nodeReport(t, ns, node), breaker, revision); e != nil {
+		return e.Pods, e.Open
 	}
-	return ""
+	return 0, 0
 }
 
 // writeTokenFile writes token where a pod reads it, and returns the path.

@@ -11,32 +11,32 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
-// TestWireBoundsAreTheSchemas: the bounds the agent checks a report against are the
-// NodeBreakerReport schema's.
+// TestWireBoundsAreTheSchemas: the bounds the agent checks a report against fit the
+// NodeBreakerReport schema's: one pod's whole report fits an object of its own.
 func TestWireBoundsAreTheSchemas(t *testing.T) {
-	if breakerconfig.MaxAgentEntries != resiliencev1alpha1.MaxNodePodBreakers {
-		t.Errorf("breakerconfig.MaxAgentEntries %d, the schema's bound on a pod's line %d", breakerconfig.MaxAgentEntries, resiliencev1alpha1.MaxNodePodBreakers)
+	if breakerconfig.MaxAgentEntries > resiliencev1alpha1.MaxNodeReportEntries {
+		t.Errorf("breakerconfig.MaxAgentEntries %d, over the schema's bound on a node report's entries %d", breakerconfig.MaxAgentEntries, resiliencev1alpha1.MaxNodeReportEntries)
 	}
 }
 
-// TestObjectIsTheAPIType: the object the agent applies is a NodeBreakerReport as the API
-// type reads it, field for field, its pods in a stable order, owned by the Node.
+// TestObjectIsTheAPIType: the object the agent writes is a NodeBreakerReport as the API
+// type reads it, field for field, owned by the Node, its entries what the pods add up to.
 func TestObjectIsTheAPIType(t *testing.T) {
 	b := newBook("node-a", &recorder{}, nil, nil)
 	calls := int64(40)
 	e := tripped
 	e.Calls = &calls
-	o := b.object("shop", map[types.UID]line{
-		"uid-2": {pod: "checkout-b", entries: []breakerconfig.ReportEntry{e}},
-		"uid-1": {pod: "checkout-a", entries: []breakerconfig.ReportEntry{started}},
-	}, "node-a-uid")
-	raw, err := json.Marshal(o)
+	entries := counting.Node([]counting.PodLine{
+		{Name: "checkout-b", UID: "uid-2", Entries: []breakerconfig.ReportEntry{e}},
+		{Name: "checkout-a", UID: "uid-1", Entries: []breakerconfig.ReportEntry{started}},
+	})
+	raw, err := json.Marshal(b.object("shop", entries, "node-a-uid"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,11 +52,16 @@ func TestObjectIsTheAPIType(t *testing.T) {
 	if len(api.OwnerReferences) != 1 || api.OwnerReferences[0].Kind != "Node" || api.OwnerReferences[0].Name != "node-a" || api.OwnerReferences[0].UID != "node-a-uid" {
 		t.Errorf("owners %+v, want exactly the Node", api.OwnerReferences)
 	}
-	if len(api.Pods) != 2 || api.Pods[0].Name != "checkout-a" || api.Pods[1].UID != "uid-2" || *api.Pods[1].Breakers[0].Calls != 40 {
-		t.Errorf("pods %+v", api.Pods)
+	if len(api.Breakers) != 1 {
+		t.Fatalf("entries %+v, want one: payments at no revision", api.Breakers)
 	}
-	if !strings.Contains(string(raw), `"since":"2026-12-02T09:00:00.000Z"`) {
-		t.Errorf("since not written to the millisecond: %s", raw)
+	got := api.Breakers[0]
+	if got.Pods != 2 || got.Open != 1 || got.EarnedOpen != 1 || got.Closed != 1 || got.Calls != 40 || len(got.Notable) != 1 ||
+		got.Notable[0].Name != "checkout-b" || got.Notable[0].UID != "uid-2" || *got.Notable[0].Calls != 40 {
+		t.Errorf("entry %+v", got)
+	}
+	if !strings.Contains(string(raw), `"openSince":"2026-12-02T09:00:00.000000Z"`) {
+		t.Errorf("openSince not written to the microsecond: %s", raw)
 	}
 }
 
@@ -95,33 +100,45 @@ func TestReadClaims(t *testing.T) {
 	}
 }
 
-// TestJudge: what the agent makes of the API server's answer about a token.
+// TestJudge: what the agent makes of the API server's answer about a token, and whom the
+// pods' endpoints then serve: a service account's token is an identity, a pod's one bound
+// to a pod on a node.
 func TestJudge(t *testing.T) {
 	pod := authenticationv1.UserInfo{Username: "system:serviceaccount:shop:checkout", Extra: map[string]authenticationv1.ExtraValue{
 		extraPodName: {"checkout-7d9f"}, extraPodUID: {"pod-uid"}, extraNodeName: {"node-a"}, extraNodeUID: {"node-uid"},
 	}}
 	noNode := authenticationv1.UserInfo{Username: pod.Username, Extra: map[string]authenticationv1.ExtraValue{extraPodName: {"x"}, extraPodUID: {"y"}}}
+	reader := authenticationv1.UserInfo{Username: "system:serviceaccount:fusebox-system:fusebox-node-reader"}
 	for _, tc := range []struct {
 		name   string
 		status authenticationv1.TokenReviewStatus
-		code   int
-		says   string
+		code   int    // judge's refusal; 0 for an identity
+		asPod  string // what asPod says of the identity; "" for a pod's
 	}{
 		{"a pod's token", authenticationv1.TokenReviewStatus{Authenticated: true, User: pod, Audiences: []string{breakerconfig.NodeAgentAudience}}, 0, ""},
 		{"expired", authenticationv1.TokenReviewStatus{Error: "token has expired"}, http.StatusUnauthorized, "token has expired"},
 		{"another audience", authenticationv1.TokenReviewStatus{Authenticated: true, User: pod, Audiences: []string{"https://kubernetes.default.svc"}}, http.StatusUnauthorized, "not for audience"},
-		{"a person", authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}}, http.StatusForbidden, "not a pod's service account"},
-		{"a Secret's token", authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: pod.Username}}, http.StatusForbidden, "bound to no pod"},
-		{"a pod on no node", authenticationv1.TokenReviewStatus{Authenticated: true, User: noNode}, http.StatusForbidden, "names no node"},
+		{"a person", authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}}, http.StatusForbidden, "not a service account"},
+		{"a Secret's token", authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: pod.Username}}, 0, "bound to no pod"},
+		{"a pod on no node", authenticationv1.TokenReviewStatus{Authenticated: true, User: noNode}, 0, "names no node"},
+		{"a reader's token", authenticationv1.TokenReviewStatus{Authenticated: true, User: reader, Audiences: []string{breakerconfig.NodeAgentAudience}}, 0, "bound to no pod"},
 	} {
 		id, r := judge(tc.status)
 		switch {
-		case tc.code == 0 && r != nil:
+		case tc.code != 0:
+			if r == nil || r.status != tc.code || !strings.Contains(r.msg, tc.asPod) {
+				t.Errorf("%s: %v, want %d saying %q", tc.name, r, tc.code, tc.asPod)
+			}
+		case r != nil:
 			t.Errorf("%s: refused: %v", tc.name, r)
-		case tc.code == 0 && (id.namespace != "shop" || id.serviceAccount != "checkout" || id.pod != "checkout-7d9f" || id.podUID != "pod-uid" || id.node != "node-a"):
-			t.Errorf("%s: identity %+v", tc.name, id)
-		case tc.code != 0 && (r == nil || r.status != tc.code || !strings.Contains(r.msg, tc.says)):
-			t.Errorf("%s: %v, want %d saying %q", tc.name, r, tc.code, tc.says)
+		case id.username != tc.status.User.Username:
+			t.Errorf("%s: identity %+v, want user %s", tc.name, id, tc.status.User.Username)
+		case tc.asPod == "" && (id.namespace != "shop" || id.serviceAccount != "checkout" || id.pod != "checkout-7d9f" || id.podUID != "pod-uid" || id.node != "node-a" || id.asPod() != nil):
+			t.Errorf("%s: identity %+v (as a pod: %v)", tc.name, id, id.asPod())
+		case tc.asPod != "":
+			if p := id.asPod(); p == nil || p.status != http.StatusForbidden || !strings.Contains(p.msg, tc.asPod) {
+				t.Errorf("%s: as a pod %v, want 403 saying %q", tc.name, p, tc.asPod)
+			}
 		}
 	}
 }

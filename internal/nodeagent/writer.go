@@ -2,20 +2,19 @@ package nodeagent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -41,12 +40,12 @@ const maxWriteAttempts = 3
 // objectWriter is where the node's reports go: the API server (apiWriter), or a test's
 // record of the writes.
 type objectWriter interface {
-	// write makes the namespace's object say obj, the whole of it.
-	write(ctx context.Context, namespace string, obj nodeReportObject) error
+	// write makes obj's namespace's object say obj, the whole of it.
+	write(ctx context.Context, obj *resiliencev1alpha1.NodeBreakerReport) error
 	// remove deletes the namespace's object; one that does not exist is not an error.
 	remove(ctx context.Context, namespace string) error
 	// list returns the objects the field selector selects, in every namespace.
-	list(ctx context.Context, fieldSelector string) ([]nodeReportObject, error)
+	list(ctx context.Context, fieldSelector string) ([]resiliencev1alpha1.NodeBreakerReport, error)
 }
 
 // apiWriter writes the node's reports by update, on the resourceVersion it last wrote or
@@ -78,7 +77,8 @@ func newAPIWriter(reports dynamic.NamespaceableResourceInterface, node string) *
 	return &apiWriter{reports: reports, node: node, stored: map[string]storedMeta{}}
 }
 
-func (w *apiWriter) write(ctx context.Context, namespace string, obj nodeReportObject) error {
+func (w *apiWriter) write(ctx context.Context, obj *resiliencev1alpha1.NodeBreakerReport) error {
+	namespace := obj.Namespace
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	reports := w.reports.Namespace(namespace)
@@ -119,7 +119,7 @@ func (w *apiWriter) write(ctx context.Context, namespace string, obj nodeReportO
 	return err
 }
 
-func create(ctx context.Context, reports dynamic.ResourceInterface, obj nodeReportObject) (*unstructured.Unstructured, error) {
+func create(ctx context.Context, reports dynamic.ResourceInterface, obj *resiliencev1alpha1.NodeBreakerReport) (*unstructured.Unstructured, error) {
 	u, err := toUnstructured(obj)
 	if err != nil {
 		return nil, err
@@ -127,9 +127,10 @@ func create(ctx context.Context, reports dynamic.ResourceInterface, obj nodeRepo
 	return reports.Create(ctx, u, metav1.CreateOptions{FieldManager: FieldManager})
 }
 
-func update(ctx context.Context, reports dynamic.ResourceInterface, obj nodeReportObject, meta storedMeta) (*unstructured.Unstructured, error) {
-	obj.Metadata.ResourceVersion = meta.resourceVersion
-	obj.Metadata.Labels, obj.Metadata.Annotations, obj.Metadata.Finalizers = meta.labels, meta.annotations, meta.finalizers
+func update(ctx context.Context, reports dynamic.ResourceInterface, obj *resiliencev1alpha1.NodeBreakerReport, meta storedMeta) (*unstructured.Unstructured, error) {
+	obj = obj.DeepCopy()
+	obj.ResourceVersion = meta.resourceVersion
+	obj.Labels, obj.Annotations, obj.Finalizers = meta.labels, meta.annotations, meta.finalizers
 	u, err := toUnstructured(obj)
 	if err != nil {
 		return nil, err
@@ -137,13 +138,13 @@ func update(ctx context.Context, reports dynamic.ResourceInterface, obj nodeRepo
 	return reports.Update(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
 }
 
-func toUnstructured(obj nodeReportObject) (*unstructured.Unstructured, error) {
-	raw, err := json.Marshal(obj)
+// toUnstructured is the typed object as the dynamic client sends it.
+func toUnstructured(obj *resiliencev1alpha1.NodeBreakerReport) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, err
 	}
-	u := &unstructured.Unstructured{}
-	return u, u.UnmarshalJSON(raw)
+	return &unstructured.Unstructured{Object: m}, nil
 }
 
 func metaOf(u *unstructured.Unstructured) storedMeta {
@@ -173,52 +174,35 @@ func (w *apiWriter) remove(ctx context.Context, namespace string) error {
 	return err
 }
 
-func (w *apiWriter) list(ctx context.Context, fieldSelector string) ([]nodeReportObject, error) {
+func (w *apiWriter) list(ctx context.Context, fieldSelector string) ([]resiliencev1alpha1.NodeBreakerReport, error) {
 	l, err := w.reports.List(ctx, metav1.ListOptions{FieldSelector: fieldSelector})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]nodeReportObject, 0, len(l.Items))
+	out := make([]resiliencev1alpha1.NodeBreakerReport, len(l.Items))
 	for i := range l.Items {
 		item := &l.Items[i]
 		w.remember(item.GetNamespace(), item)
-		raw, err := json.Marshal(item.Object)
-		if err != nil {
-			return nil, err
-		}
-		var o nodeReportObject
-		if err := json.Unmarshal(raw, &o); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &out[i]); err != nil {
 			return nil, fmt.Errorf("NodeBreakerReport %s/%s: %w", item.GetNamespace(), item.GetName(), err)
 		}
-		out = append(out, o)
 	}
 	return out, nil
 }
 
-// object is the NodeBreakerReport of namespace holding lines, owned by the Node of uid
-// owner; its pods in name order, so equal reports are equal bodies.
-func (b *book) object(namespace string, lines map[types.UID]line, owner types.UID) nodeReportObject {
-	o := nodeReportObject{
-		APIVersion: nodeReports.GroupVersion().String(),
-		Kind:       breakerconfig.NodeReportKind,
-		Metadata: nodeReportMeta{
+// object is the NodeBreakerReport of namespace that says entries, owned by the Node of uid
+// owner.
+func (b *book) object(namespace string, entries []resiliencev1alpha1.NodeBreakerEntry, owner types.UID) *resiliencev1alpha1.NodeBreakerReport {
+	return &resiliencev1alpha1.NodeBreakerReport{
+		TypeMeta: metav1.TypeMeta{APIVersion: nodeReports.GroupVersion().String(), Kind: breakerconfig.NodeReportKind},
+		ObjectMeta: metav1.ObjectMeta{
 			Name:      b.node,
 			Namespace: namespace,
-			// The garbage collector deletes the report with its Node; the admission
-			// policy checks that the agent names its own node here.
+			// The garbage collector deletes the report with its Node; the admission policy
+			// checks that the agent names its own node here.
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: b.node, UID: owner}},
 		},
 		NodeName: b.node,
-		Pods:     make([]nodeReportLine, 0, len(lines)),
+		Breakers: entries,
 	}
-	for uid, l := range lines {
-		o.Pods = append(o.Pods, nodeReportLine{Name: l.pod, UID: uid, Breakers: l.entries})
-	}
-	slices.SortFunc(o.Pods, func(a, b nodeReportLine) int {
-		if c := strings.Compare(a.Name, b.Name); c != 0 {
-			return c
-		}
-		return strings.Compare(string(a.UID), string(b.UID))
-	})
-	return o
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/policy"
 )
 
 // Candidate policies (docs/design.md §11): `candidate NAME` sets what the candidate did in
@@ -199,7 +200,7 @@ func (o *Options) promote(ctx context.Context, name string, generation int64) er
 			return fmt.Errorf("circuitbreaker/%s has no candidate policy (spec.candidate) to promote", name)
 		}
 		changes := policyChanges(cb.Spec)
-		cb.Spec = cb.Spec.CandidateSpec()
+		cb.Spec = policy.CandidateSpec(cb.Spec)
 		// Update carries the resourceVersion read: a write made since makes it a conflict.
 		err := c.Update(ctx, cb)
 		if err == nil {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -31,6 +32,7 @@ func judging(e breakerconfig.ReportEntry, state string, opens, wouldRefuse int64
 // wouldRefuse, `candidate` compares the two, a promote of a version edited since fails
 // saying so, and promote makes the candidate the spec and clears status.candidate.
 func TestCandidateAcrossTenPodsAndPromote(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t, "")
 	createBreaker(t, ns, "payments", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
@@ -39,7 +41,7 @@ func TestCandidateAcrossTenPodsAndPromote(t *testing.T) {
 	for i := range 10 {
 		report(t, ns, fmt.Sprintf("app-%d", i), judging(entry("payments", resiliencev1alpha1.StateClosed, "Started"), breakerconfig.StateOpen, 1, 42))
 	}
-	eventually(t, "status.candidate of payments", func() error {
+	testutil.Eventually(t, wait, "status.candidate of payments", func() error {
 		c := getBreaker(t, ns, "payments").Status.Candidate
 		if c == nil || c.Pods != 10 || c.State != resiliencev1alpha1.StateOpen || c.Open != 10 || c.Opens != 10 || c.WouldRefuse != 420 ||
 			c.Enforced == nil || c.Enforced.Refused != 0 || c.TimeOpen == nil || c.TimeOpen.Duration != 90*time.Second {
@@ -51,7 +53,7 @@ func TestCandidateAcrossTenPodsAndPromote(t *testing.T) {
 	if cb.Status.State != resiliencev1alpha1.StateClosed {
 		t.Errorf("the enforced state %q, want Closed: the candidate refuses nothing", cb.Status.State)
 	}
-	eventually(t, "a CandidateOpened Event", func() error {
+	testutil.Eventually(t, wait, "a CandidateOpened Event", func() error {
 		var evs corev1.EventList
 		if err := k8sClient.List(ctx, &evs, client.InNamespace(ns)); err != nil {
 			return err
@@ -104,7 +106,7 @@ func TestCandidateAcrossTenPodsAndPromote(t *testing.T) {
 	if s.Candidate != nil || s.FailureRatePercent == nil || *s.FailureRatePercent != 20 || *s.MinimumThroughput != 5 || s.OpenTimeout.Duration != time.Minute {
 		t.Errorf("after promote: %+v", s)
 	}
-	eventually(t, "status.candidate cleared", func() error {
+	testutil.Eventually(t, wait, "status.candidate cleared", func() error {
 		if c := getBreaker(t, ns, "payments").Status.Candidate; c != nil {
 			return fmt.Errorf("status.candidate %+v", c)
 		}

@@ -24,22 +24,34 @@ func init() {
 }
 
 // Options is what every subcommand shares: kubectl's connection flags, the
-// streams, -A, and the clock (tests and the commands read time through it).
+// streams, -A, the namespace Fusebox runs in, and the clock (tests and the
+// commands read time through it).
 type Options struct {
 	Flags         *genericclioptions.ConfigFlags
 	AllNamespaces bool
+	// FuseboxNamespace is where the operator and the node agents run.
+	FuseboxNamespace string
 	genericiooptions.IOStreams
 	Now func() time.Time
+
+	// fetchAgent asks one node agent; nil means through the API server's pods/proxy.
+	// The tests, whose API server has no kubelet to proxy to, reach the agents directly.
+	fetchAgent agentFetcher
 }
 
 // NewCommand returns the root command, `kubectl fusebox`, with its subcommands
 // and kubectl's connection flags.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	o := &Options{
+	return newCommand(&Options{
 		Flags:     genericclioptions.NewConfigFlags(true),
 		IOStreams: streams,
 		Now:       time.Now,
-	}
+	})
+}
+
+// newCommand returns the root command with o's streams, clock and agent fetcher.
+func newCommand(o *Options) *cobra.Command {
+	streams := o.IOStreams
 	root := &cobra.Command{
 		Use:   "kubectl-fusebox",
 		Short: "Show and override Fusebox CircuitBreakers",
@@ -47,8 +59,9 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 and holds a circuit open or closed for a bounded time (open, close, release)
 through spec.override, which the operator hands back to spec.mode when it ends.
 It compares a candidate policy judged in shadow with the enforced one
-(candidate), makes it the enforced one (promote), and judges a rollout's revision
-as the operator's rollout gate does (gate).`,
+(candidate), makes it the enforced one (promote), judges a rollout's revision
+as the operator's rollout gate does (gate), and lists every pod of a breaker,
+reading the node agents' (pods).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fusebox"},
@@ -57,6 +70,7 @@ as the operator's rollout gate does (gate).`,
 	root.SetErr(streams.ErrOut)
 	o.Flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "Work on CircuitBreakers of every namespace.")
+	root.PersistentFlags().StringVar(&o.FuseboxNamespace, "fusebox-namespace", DefaultFuseboxNamespace, "The namespace the Fusebox operator and node agents run in.")
 	root.AddCommand(
 		newStatusCommand(o),
 		newOverrideCommand(o, resiliencev1alpha1.ModeForcedOpen),
@@ -67,6 +81,7 @@ as the operator's rollout gate does (gate).`,
 		newCandidateCommand(o),
 		newPromoteCommand(o),
 		newGateCommand(o),
+		newPodsCommand(o),
 	)
 	return root
 }

@@ -37,6 +37,9 @@ const (
 	// subscriberBuffer is how many messages a slow browser may fall behind
 	// before it is cut off; it reconnects and gets a fresh snapshot.
 	subscriberBuffer = 256
+	// podReadsAtOnce bounds the reads of a breaker's pods in flight: each asks every
+	// node agent, so a page clicked in a hurry costs the cluster a few at a time.
+	podReadsAtOnce = 2
 )
 
 func newDashboardCommand(o *Options) *cobra.Command {
@@ -46,7 +49,9 @@ func newDashboardCommand(o *Options) *cobra.Command {
 		Short: "Serve a live web dashboard of the CircuitBreakers on localhost",
 		Long: `Serve, on localhost, a web page with every CircuitBreaker of the namespace
 (or of every namespace, with -A), kept live by watches: state, pods by state,
-quorum, mode and override, and a timeline of transitions read from Events.`,
+quorum, mode and override, and a timeline of transitions read from Events.
+A breaker's "Pods" lists every pod that reports it, read from the node agents
+on demand, as the pods command does.`,
 		Example: `  kubectl fusebox dashboard -n shop
   kubectl fusebox dashboard -A --address 127.0.0.1:8080`,
 		Args: cobra.NoArgs,
@@ -74,6 +79,11 @@ func (o *Options) dashboard(ctx context.Context, address string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	h := newHub(ns, o.Now)
+	pods, err := o.podsReader()
+	if err != nil {
+		return err
+	}
+	h.readPods = pods.read
 	errc := make(chan error, 2)
 	go func() { errc <- h.followBreakers(ctx, c) }()
 	go func() {
@@ -131,6 +141,9 @@ type snapshot struct {
 type hub struct {
 	ns  string
 	now func() time.Time
+	// readPods reads a breaker's pods, on demand (GET /pods); nil serves none.
+	readPods func(ctx context.Context, ns, name string) (*BreakerPods, error)
+	podReads chan struct{} // a slot per read in flight
 
 	mu       sync.Mutex
 	breakers map[string]Breaker // by namespace/name
@@ -140,7 +153,7 @@ type hub struct {
 }
 
 func newHub(ns string, now func() time.Time) *hub {
-	return &hub{ns: ns, now: now, breakers: map[string]Breaker{}, subs: map[chan message]struct{}{}}
+	return &hub{ns: ns, now: now, breakers: map[string]Breaker{}, subs: map[chan message]struct{}{}, podReads: make(chan struct{}, podReadsAtOnce)}
 }
 
 func (h *hub) followBreakers(ctx context.Context, c client.WithWatch) error {
@@ -295,7 +308,49 @@ func (h *hub) handler() http.Handler {
 		_, _ = w.Write(dashboardPage)
 	})
 	mux.HandleFunc("GET /events", h.serveEvents)
+	mux.HandleFunc("GET /pods", h.servePods)
 	return mux
+}
+
+// servePods answers GET /pods?namespace=NS&breaker=NAME: the breaker's pods as `pods
+// NAME -o json` prints them, read when asked (the agents keep them; nothing watches
+// them), or {"error": "..."}.
+func (h *hub) servePods(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.URL.Query().Get("namespace"), r.URL.Query().Get("breaker")
+	fail := func(status int, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(map[string]string{"error": msg})
+	}
+	switch {
+	case ns == "" || name == "":
+		fail(http.StatusBadRequest, "want ?namespace=NS&breaker=NAME")
+		return
+	case h.ns != "" && ns != h.ns:
+		// The page shows what the user asked for on the command line, and no more.
+		fail(http.StatusForbidden, fmt.Sprintf("this dashboard shows namespace %s only", h.ns))
+		return
+	case h.readPods == nil:
+		fail(http.StatusNotFound, "this dashboard reads no pods")
+		return
+	}
+	select {
+	case h.podReads <- struct{}{}:
+		defer func() { <-h.podReads }()
+	case <-r.Context().Done():
+		return
+	}
+	v, err := h.readPods(r.Context(), ns, name)
+	if err != nil {
+		fail(http.StatusBadGateway, err.Error())
+		return
+	}
+	v.APIVersion, v.Kind = BreakerPodsAPIVersion, BreakerPodsKind
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 // serveEvents is the server-sent event stream: a snapshot, then every change.

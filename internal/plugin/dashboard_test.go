@@ -47,6 +47,9 @@ var dashboardURL = regexp.MustCompile(`http://127\.0\.0\.1:\d+/`)
 // headless Chromium: it shows the breakers, and a card turns Open when a pod
 // trips, pushed by the server-sent events.
 func TestDashboardInChromium(t *testing.T) {
+	// Parallel with the other long test (the candidate across ten pods): each has its
+	// own namespace, and most of their time is Chromium's start and the operator's work.
+	t.Parallel()
 	browser := chromium(t)
 	ns := newNamespace(t, "shop")
 	// A namespace worth a screenshot: a Pod breaker with three pods, a Fleet
@@ -85,7 +88,7 @@ func TestDashboardInChromium(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- start(ctx, &out, &errOut, "-n", ns, "dashboard") }()
 	var url string
-	eventually(t, "the dashboard prints its URL", func() error {
+	testutil.Eventually(t, wait, "the dashboard prints its URL", func() error {
 		if url = dashboardURL.FindString(out.String()); url == "" {
 			return fmt.Errorf("stdout %q, stderr %q", out.String(), errOut.String())
 		}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 // expiringWatches hands the informer a watch that the real API server
@@ -140,7 +141,7 @@ func TestFollowerSurvivesExpiredResourceVersion(t *testing.T) {
 	go func() { done <- f.run(ctx) }()
 	holds := func(want string) {
 		t.Helper()
-		eventually(t, "the view holds "+want, func() error {
+		testutil.Eventually(t, wait, "the view holds "+want, func() error {
 			if got := v.String(); got != want {
 				return fmt.Errorf("it holds %q", got)
 			}

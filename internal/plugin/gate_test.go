@@ -12,6 +12,7 @@ import (
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/internal/gate"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 // gateExit runs `kubectl fusebox gate args...` and returns what it printed and the exit
@@ -45,7 +46,7 @@ func TestGateJudgesFromStatusAndExitsWithThePhase(t *testing.T) {
 	report(t, ns, "stable-1", entry("payments", resiliencev1alpha1.StateClosed, "Started"), tripped("search"))
 	report(t, ns, "canary-0", tripped("payments"), tripped("search"))
 
-	eventually(t, "the canary's revision is Failed on payments", func() error {
+	testutil.Eventually(t, wait, "the canary's revision is Failed on payments", func() error {
 		out, code := gateExit(t, "payments", "-n", ns, "--revision", "canary")
 		if code != exitFailed || !strings.Contains(out, "Failed: revision canary is open") {
 			return fmt.Errorf("exit %d: %s", code, out)
@@ -57,7 +58,7 @@ func TestGateJudgesFromStatusAndExitsWithThePhase(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, "both revisions are open on search: Inconclusive", func() error {
+	testutil.Eventually(t, wait, "both revisions are open on search: Inconclusive", func() error {
 		out, code := gateExit(t, "search", "-n", ns, "--revision", "canary", "-o", "json")
 		var j gate.Judgement
 		if code != exitInconclusive || json.Unmarshal([]byte(out), &j) != nil || j.Phase != gate.PhaseInconclusive {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -125,4 +126,40 @@ func TestSlowSubscriberIsCutOff(t *testing.T) {
 // applyBreaker feeds h a watch event, as its follower does.
 func applyBreaker(h *hub, t watch.EventType, cb *resiliencev1alpha1.CircuitBreaker) {
 	h.applyBreaker(t, runtime.Object(cb))
+}
+
+// GET /pods reads a breaker's pods when asked, of the dashboard's namespace only: a page
+// of one namespace's dashboard cannot make it read another's through the user's
+// credentials.
+func TestPodsEndpointKeepsToTheDashboardsNamespace(t *testing.T) {
+	h := newHub("shop", time.Now)
+	var asked []string
+	h.readPods = func(_ context.Context, ns, name string) (*BreakerPods, error) {
+		asked = append(asked, ns+"/"+name)
+		return &BreakerPods{Metadata: BreakerRef{Namespace: ns, Name: name}, Pods: []PodLine{}, Agents: 2}, nil
+	}
+	srv := httptest.NewServer(h.handler())
+	defer srv.Close()
+	for _, tc := range []struct {
+		query  string
+		status int
+		says   string
+	}{
+		{"?namespace=shop&breaker=payments", http.StatusOK, `"kind":"BreakerPods"`},
+		{"?namespace=bank&breaker=payments", http.StatusForbidden, "this dashboard shows namespace shop only"},
+		{"?breaker=payments", http.StatusBadRequest, "want ?namespace=NS&breaker=NAME"},
+	} {
+		resp, err := http.Get(srv.URL + "/pods" + tc.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.says) {
+			t.Errorf("GET /pods%s: %d %s, want %d saying %s", tc.query, resp.StatusCode, body, tc.status, tc.says)
+		}
+	}
+	if len(asked) != 1 || asked[0] != "shop/payments" {
+		t.Errorf("pods read: %v, want shop/payments alone", asked)
+	}
 }

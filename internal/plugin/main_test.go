@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -35,6 +36,7 @@ import (
 // controller wrote from pods' reports.
 var (
 	k8sClient  client.Client // direct, uncached: what the API server holds
+	restConfig *rest.Config  // the admin's, which k8sClient uses
 	kubeconfig string        // the file the commands are given with --kubeconfig
 	envErr     error         // why the control plane did not start
 )
@@ -59,6 +61,7 @@ func runMain(m *testing.M) int {
 		return m.Run()
 	}
 	defer func() { _ = env.Stop() }()
+	restConfig = cfg
 	dir, err := os.MkdirTemp("", "fusebox-plugin-")
 	if err != nil {
 		panic(err)
@@ -112,15 +115,19 @@ func kubectlFusebox(ctx context.Context, args ...string) (stdout, stderr string,
 // start runs the plugin with its output going to out and errOut, until it
 // returns or ctx ends.
 func start(ctx context.Context, out, errOut *testutil.SyncBuffer, args ...string) error {
-	cmd := NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut})
-	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
-	return cmd.ExecuteContext(ctx)
+	return startWith(ctx, nil, out, errOut, args...)
 }
 
-// eventually polls cond until it returns nil or wait passes.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	testutil.Eventually(t, wait, what, cond)
+// startWith is start with the node agents reached through fetch (nil: pods/proxy).
+func startWith(ctx context.Context, fetch agentFetcher, out, errOut *testutil.SyncBuffer, args ...string) error {
+	cmd := newCommand(&Options{
+		Flags:      genericclioptions.NewConfigFlags(true),
+		IOStreams:  genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut},
+		Now:        time.Now,
+		fetchAgent: fetch,
+	})
+	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
+	return cmd.ExecuteContext(ctx)
 }
 
 func newNamespace(t *testing.T, name string) string {
@@ -217,7 +224,7 @@ func report(t *testing.T, ns, pod string, entries ...breakerconfig.ReportEntry) 
 // given open/half-open/closed pods.
 func waitState(t *testing.T, ns, name string, state resiliencev1alpha1.State, open, halfOpen, closed int32) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%s/%s is %s with %d/%d/%d pods", ns, name, state, open, halfOpen, closed), func() error {
+	testutil.Eventually(t, wait, fmt.Sprintf("%s/%s is %s with %d/%d/%d pods", ns, name, state, open, halfOpen, closed), func() error {
 		var cb resiliencev1alpha1.CircuitBreaker
 		if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &cb); err != nil {
 			return err

@@ -127,7 +127,7 @@ func TestStatusNameShowsMembersAndTransitions(t *testing.T) {
 	waitState(t, ns, "payments", resiliencev1alpha1.StateOpen, 1, 0, 1)
 
 	var out string
-	eventually(t, "status payments shows the CircuitOpened transition", func() error {
+	testutil.Eventually(t, wait, "status payments shows the CircuitOpened transition", func() error {
 		var err error
 		out, _, err = kubectlFusebox(ctx, "-n", ns, "status", "payments")
 		if err != nil {
@@ -288,7 +288,7 @@ func TestWatchShowsStateChange(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- start(ctx, &out, &errOut, "-n", ns, "watch") }()
 	closedRow := regexp.MustCompile(`(?m)^orders\s+Closed\s+Enforce\s+-\s+-\s+0/0/1\s`)
-	eventually(t, "watch shows orders Closed", func() error {
+	testutil.Eventually(t, wait, "watch shows orders Closed", func() error {
 		if !closedRow.MatchString(out.String()) {
 			return fmt.Errorf("output so far:\n%s", out.String())
 		}
@@ -297,7 +297,7 @@ func TestWatchShowsStateChange(t *testing.T) {
 
 	report(t, ns, "app-0", tripped("orders"))
 	change := regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d  ` + regexp.QuoteMeta(ns) + `/orders: Closed -> Open\n(NAME.*\n)orders\s+Open\s+Enforce\s+-\s+-\s+1/0/0\s`)
-	eventually(t, "watch shows the change to Open, then the new table", func() error {
+	testutil.Eventually(t, wait, "watch shows the change to Open, then the new table", func() error {
 		if !change.MatchString(out.String()) {
 			return fmt.Errorf("output so far:\n%s", out.String())
 		}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -36,7 +37,7 @@ func TestStatusShowsTheFleetRatios(t *testing.T) {
 		report(t, ns, pod, withTraffic(entry("payments", resiliencev1alpha1.StateClosed, "Started"), 150, 75, 15, 30),
 			entry("plain", resiliencev1alpha1.StateClosed, "Started"))
 	}
-	eventually(t, "status.traffic of payments", func() error {
+	testutil.Eventually(t, wait, "status.traffic of payments", func() error {
 		tr := getBreaker(t, ns, "payments").Status.Traffic
 		if tr == nil || tr.Requests != 300 {
 			return fmt.Errorf("traffic %+v", tr)

@@ -1,5 +1,5 @@
 // Package sampleapp is the simulated workload of `make run`: a few pods of a small
-// application, each a real pkg/breaker/kube agent, calling a local upstream that fails and
+// application, each a real pkg/breaker/kube connection, calling a local upstream that fails and
 // recovers on a cycle, so that the CircuitBreakers of a local control plane have pods that
 // report, open and close.
 //
@@ -34,6 +34,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -62,6 +63,11 @@ type Options struct {
 	ClientRole string
 	// Cycle is how the upstream fails and recovers. Default DefaultCycle.
 	Cycle Cycle
+	// Clock times the cycle; nil means the real clock. A test that has seen what it waits
+	// for in the healthy part of the cycle moves it on, rather than wait the rest out.
+	// Only the upstream's schedule reads it: the breakers, their reports and the operator
+	// keep real time.
+	Clock clock.PassiveClock
 	// CallEvery is how often each pod calls each of its breakers. Default 100ms.
 	CallEvery time.Duration
 	// Logger receives what the pods' agents have to say; nil discards it.
@@ -96,7 +102,7 @@ type Workload struct {
 	Upstream string
 
 	o       Options
-	started time.Time
+	started time.Time                // on o.Clock
 	names   atomic.Pointer[[]string] // the namespace's CircuitBreakers, which every pod calls
 	done    chan struct{}
 }
@@ -115,7 +121,7 @@ func Start(ctx context.Context, o Options) (*Workload, error) {
 	if err := grantClientRole(ctx, cl, o); err != nil {
 		return nil, err
 	}
-	w := &Workload{o: o, started: time.Now(), done: make(chan struct{})}
+	w := &Workload{o: o, started: o.Clock.Now(), done: make(chan struct{})}
 	w.names.Store(&[]string{})
 	if err := w.listBreakers(ctx, cl); err != nil {
 		return nil, err
@@ -141,12 +147,12 @@ func Start(ctx context.Context, o Options) (*Workload, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ln) })
 	for _, p := range pods {
-		agent, err := kube.StartAgent(ctx, kube.Options{
+		agent, err := kube.Connect(ctx, kube.Options{
 			Config: asPod(o.Config, p), Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID), Logger: o.Logger,
 		})
 		if err != nil {
 			_ = srv.Close()
-			return nil, fmt.Errorf("start the agent of pod %s: %w", p.Name, err)
+			return nil, fmt.Errorf("connect pod %s: %w", p.Name, err)
 		}
 		wg.Go(func() { w.callLoop(ctx, p.Name, agent.Registry()) })
 		wg.Go(func() { <-agent.Done() })
@@ -169,7 +175,7 @@ func (w *Workload) Describe() string {
 	c := w.o.Cycle
 	last := w.Pods[len(w.Pods)-1]
 	return fmt.Sprintf("a simulated workload: Pods %s in namespace %s (Pod objects only: no kubelet runs them, they stay Pending),\n"+
-		"each a real pkg/breaker/kube agent with its own BreakerReport, calling every CircuitBreaker of the namespace\n"+
+		"each a real pkg/breaker/kube connection with its own BreakerReport, calling every CircuitBreaker of the namespace\n"+
 		"through httpbreaker against a local upstream at %s. The upstream fails (503) for all but %s\n"+
 		"for %s of every %s, the first time %s from now.",
 		strings.Join(w.Pods, ", "), w.o.Namespace, w.Upstream, last, c.Failing, c.Period, c.Healthy)
@@ -190,6 +196,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.Cycle == (Cycle{}) {
 		o.Cycle = DefaultCycle
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.CallEvery <= 0 {
 		o.CallEvery = 100 * time.Millisecond
@@ -271,7 +280,7 @@ func asPod(cfg *rest.Config, p *corev1.Pod) *rest.Config {
 func (w *Workload) upstream() http.Handler {
 	healthy := w.Pods[len(w.Pods)-1]
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Pod") != healthy && w.o.Cycle.failing(time.Since(w.started)) {
+		if r.Header.Get("X-Pod") != healthy && w.o.Cycle.failing(w.o.Clock.Since(w.started)) {
 			http.Error(rw, "the sample upstream is failing", http.StatusServiceUnavailable)
 			return
 		}
@@ -294,7 +303,7 @@ func (w *Workload) follow(ctx context.Context, cl client.Client) {
 		if err := w.listBreakers(ctx, cl); err != nil && ctx.Err() == nil {
 			w.o.Logger.Warn("list CircuitBreakers", "error", err)
 		}
-		if failing := w.o.Cycle.failing(time.Since(w.started)); failing != wasFailing {
+		if failing := w.o.Cycle.failing(w.o.Clock.Since(w.started)); failing != wasFailing {
 			wasFailing = failing
 			if failing {
 				w.o.Say(fmt.Sprintf("the sample upstream fails for %s for %s", strings.Join(w.Pods[:len(w.Pods)-1], " and "), w.o.Cycle.Failing))

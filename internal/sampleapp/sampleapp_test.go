@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -31,6 +33,12 @@ import (
 // fails for two of the three pods, payments-api (scope Pod) opens on those two only and
 // inventory (scope Fleet, quorum 50%) on all three; both close again before the cycle's
 // minute is over.
+//
+// The cycle runs on a clock of the test's, real time until the pods report and the
+// breakers have their first states: then the test moves it to the end of the cycle's
+// healthy part, which has nothing more to show (make run waits it out so that a newcomer
+// can read what it printed). From the failure on, the cycle's time is real time again,
+// against the samples' real open periods.
 func TestSampleWorkload(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.New("../..")
@@ -57,7 +65,8 @@ func TestSampleWorkload(t *testing.T) {
 	must(t, err)
 	t.Logf("applied %v", applied)
 	samples := []string{"inventory", "payments-api", "recommendations"}
-	started := time.Now()
+	cycleClock := &skippingClock{}
+	started := cycleClock.Now()
 
 	var (
 		mu   sync.Mutex
@@ -71,10 +80,11 @@ func TestSampleWorkload(t *testing.T) {
 	w, err := sampleapp.Start(ctx, sampleapp.Options{
 		Config:     cfg,
 		ClientRole: "../../config/rbac/breaker_client_role.yaml",
+		Clock:      cycleClock,
 		Say: func(line string) {
 			mu.Lock()
 			defer mu.Unlock()
-			fmt.Fprintf(&said, "%5.1fs %s\n", time.Since(started).Seconds(), line)
+			fmt.Fprintf(&said, "%5.1fs %s\n", cycleClock.Since(started).Seconds(), line)
 		},
 	})
 	must(t, err)
@@ -102,7 +112,7 @@ func TestSampleWorkload(t *testing.T) {
 			}
 			if s := cb.Status.State; s != "" && (len(h.states) == 0 || h.states[len(h.states)-1] != s) {
 				h.states = append(h.states, s)
-				t.Logf("%5.1fs %s: %s (%d pods reporting)", time.Since(started).Seconds(), name, s, h.reporting)
+				t.Logf("%5.1fs %s: %s (%d pods reporting)", cycleClock.Since(started).Seconds(), name, s, h.reporting)
 			}
 		}
 	}
@@ -114,16 +124,17 @@ func TestSampleWorkload(t *testing.T) {
 		}
 		return b.String()
 	}
+	// waitUntil bounds each wait by the cycle's time since the start.
 	waitUntil := func(within time.Duration, what string, done func() bool) {
 		t.Helper()
 		for {
 			poll()
 			if done() {
-				t.Logf("%5.1fs %s", time.Since(started).Seconds(), what)
+				t.Logf("%5.1fs %s", cycleClock.Since(started).Seconds(), what)
 				return
 			}
-			if time.Since(started) > within {
-				t.Fatalf("not within %v of the start: %s; history:%s\nupstream:\n%s", within, what, summary(), upstream())
+			if cycleClock.Since(started) > within {
+				t.Fatalf("not within %v of the start on the cycle's clock: %s; history:%s\nupstream:\n%s", within, what, summary(), upstream())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -145,6 +156,12 @@ func TestSampleWorkload(t *testing.T) {
 		if s := history[name].states[0]; s != resiliencev1alpha1.StateClosed {
 			t.Errorf("%s started %s, want Closed while the upstream is healthy", name, s)
 		}
+	}
+
+	// Nothing changes until the upstream fails: on to the failure.
+	if rest := cycle.Healthy - cycleClock.Since(started); rest > 0 {
+		cycleClock.Skip(rest)
+		t.Logf("%5.1fs moved the cycle on by %v, to its failure", cycleClock.Since(started).Seconds(), rest.Round(time.Millisecond))
 	}
 
 	opened := func(name string) bool { return slices.Contains(history[name].states, resiliencev1alpha1.StateOpen) }
@@ -190,3 +207,14 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// skippingClock is real time, moved ahead by what Skip was given. Safe for concurrent use.
+type skippingClock struct{ skipped atomic.Int64 }
+
+var _ clock.PassiveClock = (*skippingClock)(nil)
+
+func (c *skippingClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.skipped.Load())) }
+func (c *skippingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// Skip moves the clock ahead by d.
+func (c *skippingClock) Skip(d time.Duration) { c.skipped.Add(int64(d)) }

@@ -61,7 +61,26 @@ func Refusals() []Refusal {
 		{"retryBudget.minPerSecond beyond its bound", map[string]any{"retryBudget": map[string]any{"minPerSecond": 10001}}, "spec.retryBudget.minPerSecond", "less than or equal to 10000", false},
 		{"throttle.k below 1", map[string]any{"throttle": map[string]any{"k": 0.5}}, "spec.throttle.k", "greater than or equal to 1", false},
 		{"throttle.k above 10", map[string]any{"throttle": map[string]any{"k": 10.5}}, "spec.throttle.k", "less than or equal to 10", false},
+		// Issue 44: the fleet's limit on calls in flight.
+		{"concurrency without maxInFlight", map[string]any{"concurrency": map[string]any{}}, "spec.concurrency.maxInFlight", "must be set", false},
+		{"concurrency.maxInFlight 0", concurrency(0, nil), "spec.concurrency.maxInFlight", "greater than or equal to 1", false},
+		{"concurrency.maxInFlight above its bound", concurrency(1_000_001, nil), "spec.concurrency.maxInFlight", "less than or equal to 1000000", false},
+		{"concurrency.maxWait above 10s", concurrency(10, map[string]any{"maxWait": "10.001s"}), "spec.concurrency.maxWait", "must be between 0s and 10s", false},
+		{"concurrency.maxWait negative", concurrency(10, map[string]any{"maxWait": "-1s"}), "spec.concurrency.maxWait", "must be a duration such as 0s or 250ms", false},
+		{"concurrency.maxWait below a millisecond's resolution", concurrency(10, map[string]any{"maxWait": "1500us"}), "spec.concurrency.maxWait", wholeMillis, false},
+		{"concurrency.adaptive.tolerance below 1", concurrency(10, map[string]any{"adaptive": map[string]any{"tolerance": 0.9}}), "spec.concurrency.adaptive.tolerance", "greater than or equal to 1", false},
+		{"concurrency.adaptive.tolerance above 5", concurrency(10, map[string]any{"adaptive": map[string]any{"tolerance": 5.5}}), "spec.concurrency.adaptive.tolerance", "less than or equal to 5", false},
+		{"concurrency.adaptive.minLimit 0", concurrency(10, map[string]any{"adaptive": map[string]any{"minLimit": 0}}), "spec.concurrency.adaptive.minLimit", "greater than or equal to 1", false},
 	}
+}
+
+// concurrency is a spec whose concurrency has maxInFlight and the other fields of more.
+func concurrency(maxInFlight int, more map[string]any) map[string]any {
+	c := map[string]any{"maxInFlight": maxInFlight}
+	for k, v := range more {
+		c[k] = v
+	}
+	return map[string]any{"concurrency": c}
 }
 
 // Breaker is an unstructured CircuitBreaker with spec, so that a test can send what a

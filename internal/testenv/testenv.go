@@ -17,8 +17,9 @@ import (
 const KubernetesVersion = "1.37.2"
 
 // AssetsDir returns the directory holding kube-apiserver and etcd:
-// KUBEBUILDER_ASSETS when set (make test sets it), else the directory
-// hack/envtest.sh installs into.
+// KUBEBUILDER_ASSETS when set (make test sets it), else the newest directory
+// hack/envtest.sh installed into for this version (it names them after the version and a
+// digest of the modules they were built from).
 func AssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
@@ -31,11 +32,19 @@ func AssetsDir() (string, error) {
 		}
 		data = filepath.Join(home, ".local", "share")
 	}
-	dir := filepath.Join(data, "kubebuilder-envtest", "k8s", fmt.Sprintf("%s-%s-%s", KubernetesVersion, runtime.GOOS, runtime.GOARCH))
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		return "", fmt.Errorf("no envtest control plane in %s: run `make envtest` (or hack/envtest.sh) first, or set KUBEBUILDER_ASSETS", dir)
+	pattern := filepath.Join(data, "kubebuilder-envtest", "k8s", fmt.Sprintf("%s-%s-%s-*", KubernetesVersion, runtime.GOOS, runtime.GOARCH))
+	dirs, _ := filepath.Glob(pattern)
+	var newest string
+	var at time.Time
+	for _, dir := range dirs {
+		if fi, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err == nil && fi.ModTime().After(at) {
+			newest, at = dir, fi.ModTime()
+		}
 	}
-	return dir, nil
+	if newest == "" {
+		return "", fmt.Errorf("no envtest control plane in %s: run `make envtest` (or hack/envtest.sh) first, or set KUBEBUILDER_ASSETS", pattern)
+	}
+	return newest, nil
 }
 
 // New returns an envtest environment with Fusebox's CRDs, which must exist.

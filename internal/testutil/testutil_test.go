@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -56,6 +57,28 @@ func TestEventuallyFailsWithTheLastError(t *testing.T) {
 	}
 }
 
+// A func() bool condition is waited for alike, at the interval asked for, and the wait
+// is returned: what the benchmarks of propagation measure.
+func TestEventuallyEveryTakesABoolAndTimesTheWait(t *testing.T) {
+	calls := 0
+	waited := EventuallyEvery(t, 10*time.Second, time.Millisecond, "the fifth call", func() bool {
+		calls++
+		return calls == 5
+	})
+	if calls != 5 || waited < 4*time.Millisecond {
+		t.Errorf("%d calls in %v, want 5 calls at least a millisecond apart", calls, waited)
+	}
+
+	r := &recorder{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		EventuallyEvery(r, 3*time.Millisecond, time.Millisecond, "never", func() bool { return false })
+	}()
+	if !strings.HasPrefix(r.msg, "never: not within 3ms: the condition does not hold") {
+		t.Errorf("message %q", r.msg)
+	}
+}
+
 func TestSyncBufferUnderConcurrentWrites(t *testing.T) {
 	var b SyncBuffer
 	var wg sync.WaitGroup
@@ -72,5 +95,21 @@ func TestSyncBufferUnderConcurrentWrites(t *testing.T) {
 	wg.Wait()
 	if n := len(b.String()); n != 800 {
 		t.Errorf("%d bytes, want 800", n)
+	}
+}
+
+func TestWaitingParallelism(t *testing.T) {
+	f := flag.Lookup("test.parallel")
+	before := f.Value.String()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	t.Cleanup(func() { _ = f.Value.Set(before) })
+
+	WaitingParallelism(7)
+	switch got := f.Value.String(); {
+	case given && got != before:
+		t.Errorf("-test.parallel=%s was given; WaitingParallelism(7) made it %s", before, got)
+	case !given && got != "7":
+		t.Errorf("-test.parallel not given: %s after WaitingParallelism(7), want 7", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -19,6 +20,7 @@ const (
 	admitOpenUntil                  // refuse until halfOpenAt, then take the lock to go half-open
 	admitTallied                    // closed with a retry budget or throttling: maybe throttle, then as admitClosed (throttle.go)
 	admitShadowed                   // a candidate is judged in shadow: admit as base says, then the candidate (candidate_call.go)
+	admitLimited                    // closed with a concurrency limit: take a slot, then as admitClosed (bulkhead_call.go)
 )
 
 // period is an immutable snapshot of what the call path needs about the current state
@@ -45,6 +47,12 @@ type period struct {
 	doneRecorded func(error)
 	doneIgnored  func(error)
 	tallied      // the retry budget and adaptive throttling (throttle.go)
+	// lim is the breaker's limiter while the policy sets MaxInFlight, nil otherwise: every
+	// call admitted in this period holds one of its slots (bulkhead.go). maxWait is
+	// MaxWait, and adaptive says the limiter adapts, so calls are timed for it.
+	lim      *limiter
+	maxWait  time.Duration
+	adaptive bool
 	// cand is the candidate judged in shadow, nil without one; base is then how the
 	// call path would admit without it (admit is admitShadowed).
 	cand *candidate
@@ -84,11 +92,20 @@ func (b *Breaker) publish() {
 		p.exact = b.clock == nil && d < coarseEnough
 	}
 	b.publishTallied(p)
+	if b.policy.MaxInFlight > 0 {
+		if b.lim == nil {
+			b.lim = newLimiter(&b.fleet)
+		}
+		b.lim.configure(&b.policy, b.now())
+		p.lim, p.maxWait, p.adaptive = b.lim, b.policy.MaxWait, b.policy.Adaptive != nil
+	}
 	switch {
 	case observed:
 		p.admit = admitSlow
 	case b.state == Closed && p.tally != nil:
 		p.admit = admitTallied
+	case b.state == Closed && p.lim != nil:
+		p.admit = admitLimited
 	case b.state == Closed:
 		p.admit = admitClosed
 	case b.state == Open && b.policy.Mode == ModeForcedOpen:
@@ -107,53 +124,59 @@ func (b *Breaker) publish() {
 // be a tick or so old at either end of a call, which is 2% of this. Shorter ones are timed
 // on the exact monotonic clock, at the cost of two clock readings per call (about 30 ns
 // each on the virtual machines we measure on; docs/benchmarks.md).
-const coarseEnough = 50 * coarseTick
+const coarseEnough = 50 * core.CoarseTick
 
 // callTime reads the clock a call admitted in p is timed on (§5.13), on the monotonic
 // timeline.
 func (b *Breaker) callTime(p *period) int64 {
 	if p.exact {
 		// time.Since reads only the monotonic clock, not the wall clock too.
-		return addSat(processStartWall, int64(time.Since(processStart)))
+		return core.ExactMono()
 	}
 	return b.now()
 }
 
 // admit is the call path's one admission test, shared by Execute, Allow and Call: a closed
 // circuit admits and an open one refuses on one atomic load (and, when open, a clock
-// reading), without the lock; everything else takes the lock in admitSlow.
-func (b *Breaker) admit() (ticket, error) {
+// reading), without the lock; everything else takes the lock in admitSlow. A call over the
+// concurrency limit waits for a slot until ctx ends (nil: it never does), at most MaxWait.
+func (b *Breaker) admit(ctx context.Context) (ticket, error) {
 	p := b.cur.Load()
 	switch p.admit {
 	case admitClosed:
 		return ticket{p: p, recorded: true}, nil
+	case admitLimited:
+		return b.slotFor(ctx, p)
 	case admitTallied:
-		return b.admitTallied(p)
+		return b.admitTallied(ctx, p)
 	case admitShadowed:
-		return b.admitShadowed(p)
+		return b.admitShadowed(ctx, p)
 	case admitOpenUntil:
 		if b.now() < p.halfOpenAt {
 			return ticket{}, p.reject
 		}
 	}
-	return b.admitSlow()
+	return b.admitSlow(ctx, false)
 }
 
 // Allow is the two-step form of Execute: it admits a call or refuses it, and the caller
 // reports the outcome with done(err) once the call has finished. done must be called
 // exactly once: a second call would count the outcome twice. When the call is refused, done
-// is nil and err matches ErrOpen. Allow allocates nothing, unless the policy judges slow
-// calls (SlowCallDuration), when done is a closure holding the call's start.
+// is nil and err matches ErrOpen, or ErrConcurrencyLimited when the concurrency limit
+// refused it; a call over the limit waits up to MaxWait for a slot, with no context to end
+// the wait. Allow allocates nothing, unless the policy judges slow calls
+// (SlowCallDuration) or adapts its concurrency limit (Adaptive), when done is a closure
+// holding the call's start.
 func (b *Breaker) Allow() (done func(err error), err error) {
-	t, err := b.admit()
+	t, err := b.admit(context.Background())
 	switch {
 	case err != nil:
 		return nil, err
 	case t.sp != nil:
 		return b.allowShadowed(t), nil
-	case t.p.slow != 0 && t.recorded:
+	case t.p.slow != 0 && t.recorded || t.p.adaptive:
 		// A timed call needs its start: the one allocation of slow-call judging.
-		start := b.callTime(t.p)
+		start := b.startOf(t)
 		return func(err error) { b.finish(t, err, false, start) }, nil
 	case t.recorded:
 		return t.p.doneRecorded, nil
@@ -162,9 +185,11 @@ func (b *Breaker) Allow() (done func(err error), err error) {
 }
 
 // Execute runs fn through the breaker: it returns an error matching ErrOpen without running
-// fn when the circuit refuses the call, and otherwise fn's own error, after recording the
-// outcome. ctx is only handed to fn. A panic in fn is recorded as a failure and continues up
-// the stack; runtime.Goexit in fn (t.FailNow in a test) is recorded as neither.
+// fn when the circuit refuses the call, one matching ErrConcurrencyLimited when the
+// concurrency limit does (after waiting up to MaxWait for a slot, or until ctx ends), and
+// otherwise fn's own error, after recording the outcome. ctx is handed to fn. A panic in fn
+// is recorded as a failure and continues up the stack; runtime.Goexit in fn (t.FailNow in a
+// test) is recorded as neither.
 //
 // Its commonest paths are written out here rather than shared with Allow and Call: a closed
 // call that succeeds costs one atomic add (recordSuccessFast), after the throttling decision
@@ -177,7 +202,9 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 	case p.admit == admitClosed && p.slow == 0:
 	case p.admit == admitOpenUntil && b.now() < p.halfOpenAt:
 		return p.reject
-	case p.admit == admitTallied && p.slow == 0:
+	case p.admit == admitLimited && p.slow == 0:
+		return b.executeLimited(ctx, p, fn)
+	case p.admit == admitTallied && p.slow == 0 && p.lim == nil:
 		// A retry budget or throttling: the same path, after the throttling decision.
 		if p.throttleK != 0 && b.throttled(p, b.now()) {
 			return b.errThrottled
@@ -215,7 +242,7 @@ func (b *Breaker) finishClosed(p *period, err error) {
 
 // executeSlow is Execute for every call but a closed, untimed one and an open refusal.
 func (b *Breaker) executeSlow(ctx context.Context, fn func(context.Context) error) error {
-	t, err := b.admit()
+	t, err := b.admit(ctx)
 	if err != nil {
 		return err
 	}
@@ -237,72 +264,105 @@ func (b *Breaker) executeSlow(ctx context.Context, fn func(context.Context) erro
 // re-raised; runtime.Goexit (recover finds nothing) is neither success nor failure.
 func (b *Breaker) abandon(t ticket, r any, start int64) {
 	if r == nil {
+		if t.p.lim != nil {
+			t.p.lim.release(b.now())
+		}
 		if t.sp != nil {
 			t.sp.b.finishSlow(ticket{p: t.sp, recorded: t.srecorded}, observe.OutcomeIgnored, false, errGoexit, false)
 		}
 		b.finishSlow(t, observe.OutcomeIgnored, false, errGoexit, false)
 		return
 	}
-	b.finish(t, &PanicError{Value: r}, true, start)
+	b.finish(t, &panicError{value: r}, true, start)
 	panic(r)
 }
 
 var errGoexit = errors.New("breaker: protected function called runtime.Goexit")
 
-// PanicError is the failure recorded, and reported to observers, for a protected function
-// that panicked. The panic itself is re-raised, so callers never receive it as an error.
-type PanicError struct{ Value any }
-
-func (e *PanicError) Error() string { return "breaker: protected function panicked" }
-
-func (b *Breaker) admitSlow() (ticket, error) {
-	now := b.now()
-	var pend pending
-	b.mu.Lock()
-	b.advance(now, &pend)
-	p := b.cur.Load()
-	t := ticket{p: p}
-	reason := observe.RejectNone
-	switch {
-	case b.state == Closed && p.tally != nil && b.throttled(p, now):
-		reason = observe.RejectThrottled
-	case b.state == Closed:
-		t.recorded = true
-	case b.policy.Mode == ModeForcedOpen:
-		reason = observe.RejectForcedOpen
-	case b.state == HalfOpen && b.probesInFlight < b.policy.HalfOpenPermittedCalls:
-		b.probesInFlight++
-		b.awaitingProbe, b.lastProbeAt = true, now
-		t.recorded = true
-	case b.policy.Mode == ModeMetricsOnly:
-		// Enforce would refuse this call: it runs, and its outcome is not recorded.
-	case b.state == HalfOpen:
-		reason = observe.RejectHalfOpenSaturated
-	default:
-		reason = observe.RejectOpen
-	}
-	b.mu.Unlock()
-	b.deliver(&pend)
-	if reason != observe.RejectNone {
-		err := b.rejectErr(reason)
-		for _, co := range b.callObs {
-			co.OnCallEnd(observe.CallEvent{Breaker: b.name, Outcome: observe.OutcomeRejected, Reason: reason, Initial: p.state, Final: p.state})
+// admitSlow admits under the lock. held says the caller holds a slot of b.lim already,
+// which it waited for: the call takes it if the circuit still admits it and still limits,
+// and gives it back otherwise. A call the circuit admits that finds no slot waits for one
+// (up to MaxWait, or until ctx ends) without the lock, then asks the circuit again.
+func (b *Breaker) admitSlow(ctx context.Context, held bool) (ticket, error) {
+	for waited := held; ; waited = true {
+		now := b.now()
+		var pend pending
+		b.mu.Lock()
+		b.advance(now, &pend)
+		p := b.cur.Load()
+		t := ticket{p: p}
+		reason := rejectNone
+		probe := false
+		switch {
+		case b.state == Closed && p.tally != nil && b.throttled(p, now):
+			reason = rejectThrottled
+		case b.state == Closed:
+			t.recorded = true
+		case b.policy.Mode == ModeForcedOpen:
+			reason = rejectForcedOpen
+		case b.state == HalfOpen && b.probesInFlight < b.policy.HalfOpenPermittedCalls:
+			probe, t.recorded = true, true
+		case b.policy.Mode == ModeMetricsOnly:
+			// Enforce would refuse this call: it runs, and its outcome is not recorded.
+		case b.state == HalfOpen:
+			reason = rejectHalfOpenSaturated
+		default:
+			reason = rejectOpen
 		}
-		return ticket{}, err
+		// The concurrency limit, for a call the circuit admits: a probe refused by it
+		// takes no probe slot, and one waiting for it holds none.
+		if reason == rejectNone && p.lim != nil {
+			switch {
+			case held:
+				held = false // the call's now
+			case !p.lim.tryAcquire():
+				reason = rejectLimited
+			}
+		}
+		if probe && reason == rejectNone {
+			b.probesInFlight++
+			b.awaitingProbe, b.lastProbeAt = true, now
+		}
+		b.mu.Unlock()
+		b.deliver(&pend)
+		if held {
+			// Waited for, and not needed: the circuit refused the call, or no longer limits.
+			b.lim.release(now)
+		}
+		var cause error
+		if reason == rejectLimited && !waited && p.maxWait > 0 {
+			var ok bool
+			if ok, cause = p.lim.wait(ctx, p.maxWait); ok {
+				held = true
+				continue
+			}
+			now = b.now()
+		}
+		if reason != rejectNone {
+			err := b.rejectErr(reason)
+			if reason == rejectLimited {
+				p.lim.refused(now)
+				err = b.limitErr(p.state, cause)
+			}
+			for _, co := range b.callObs {
+				co.OnCallEnd(observe.CallEvent{Breaker: b.name, Outcome: observe.OutcomeRejected, Initial: p.state, Final: p.state, Err: err})
+			}
+			return ticket{}, err
+		}
+		for _, co := range b.callObs {
+			co.OnCallStart(b.name, p.state)
+		}
+		return t, nil
 	}
-	for _, co := range b.callObs {
-		co.OnCallStart(b.name, p.state)
-	}
-	return t, nil
 }
 
-func (b *Breaker) rejectErr(r observe.RejectReason) error {
+func (b *Breaker) rejectErr(r rejectReason) error {
 	switch r {
-	case observe.RejectHalfOpenSaturated:
+	case rejectHalfOpenSaturated:
 		return b.errProbes
-	case observe.RejectForcedOpen:
+	case rejectForcedOpen:
 		return b.errForced
-	case observe.RejectThrottled:
+	case rejectThrottled:
 		return b.errThrottled
 	}
 	return b.errOpen
@@ -327,6 +387,9 @@ func (b *Breaker) classify(err error, panicked bool) observe.Outcome {
 // classifier (whether or not it was recorded: Call's fallback depends on the call, not on
 // the circuit). start is when a timed call started (callTime), for slow-call judging.
 func (b *Breaker) finish(t ticket, err error, panicked bool, start int64) bool {
+	if t.p.lim != nil {
+		b.releaseSlot(t.p, err, panicked, start)
+	}
 	if t.sp != nil {
 		b.finishShadow(t, err, panicked, start)
 	}
@@ -335,7 +398,7 @@ func (b *Breaker) finish(t ticket, err error, panicked bool, start int64) bool {
 	if kind == admitShadowed {
 		kind = t.p.base
 	}
-	if err == nil && !panicked && !slow && t.recorded && (kind == admitClosed || kind == admitTallied) && b.recordSuccessFast(t.p) {
+	if err == nil && !panicked && !slow && t.recorded && (kind == admitClosed || kind == admitTallied || kind == admitLimited) && b.recordSuccessFast(t.p) {
 		return false
 	}
 	o := b.classify(err, panicked)
@@ -380,6 +443,15 @@ func (b *Breaker) finishSlow(t ticket, o observe.Outcome, slow bool, err error, 
 		final = b.cur.Load().state
 	}
 	for _, co := range b.callObs {
-		co.OnCallEnd(observe.CallEvent{Breaker: b.name, Outcome: recordedAs, Initial: t.p.state, Final: final, Err: err, Panicked: panicked, Slow: slow && o != observe.OutcomeIgnored})
+		co.OnCallEnd(observe.CallEvent{Breaker: b.name, Outcome: recordedAs, Initial: t.p.state, Final: final, Err: err, Panic: panicValue(err, panicked), Slow: slow && o != observe.OutcomeIgnored})
 	}
+}
+
+// panicValue is what a protected function that panicked panicked with (err is then the
+// panicError abandon recorded), and nil for one that returned.
+func panicValue(err error, panicked bool) any {
+	if pe, ok := err.(*panicError); ok && panicked {
+		return pe.value
+	}
+	return nil
 }

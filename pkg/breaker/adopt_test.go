@@ -2,10 +2,13 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -18,7 +21,7 @@ func TestAdopt(t *testing.T) {
 			t.Fatal("Adopt(Open) did not change the state")
 		}
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].Cause != observe.CauseAdopted || !tr[0].At.Equal(since) || tr[0].Counts != (Counts{Calls: 4, Failures: 4}) {
+		if len(tr) != 1 || tr[0].Reason != breakerconfig.ReasonAdopted || !tr[0].At.Equal(since) || tr[0].Counts != (Counts{Calls: 4, Failures: 4}) {
 			t.Fatalf("transitions = %+v", tr)
 		}
 		wantCounts(t, b, Counts{Calls: 4, Failures: 4})
@@ -173,7 +176,7 @@ func TestAdopt(t *testing.T) {
 func TestObserverMayCallBack(t *testing.T) {
 	var b *Breaker
 	var seen []State
-	obs := observe.ObserverFunc(func(tr observe.Transition) {
+	obs := observerFunc(func(tr observe.Transition) {
 		seen = append(seen, b.State())
 		_ = b.Counts()
 		_ = b.Verdict()
@@ -206,7 +209,7 @@ func TestCallEvents(t *testing.T) {
 	if last.Initial != Closed || last.Final != Open || last.Outcome != observe.OutcomeFailure {
 		t.Fatalf("opening call: %+v", last)
 	}
-	if r := rec.ends[21]; r.Outcome != observe.OutcomeRejected || r.Reason != observe.RejectOpen {
+	if r := rec.ends[21]; r.Outcome != observe.OutcomeRejected || !errors.Is(r.Err, ErrOpen) || refusedIn(r.Err) != Open {
 		t.Fatalf("rejected call: %+v", r)
 	}
 }
@@ -236,7 +239,7 @@ func TestRealClock(t *testing.T) {
 	if c := b.Counts(); c.Calls != 100 {
 		t.Fatalf("Counts = %+v", c)
 	}
-	if d := time.Duration(coarseNow() - time.Now().UnixNano()); d > 0 || d < -time.Second {
+	if d := time.Duration(core.CoarseNow() - time.Now().UnixNano()); d > 0 || d < -time.Second {
 		t.Fatalf("coarse clock is %v off the wall clock", d)
 	}
 	b.Trip()

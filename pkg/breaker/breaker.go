@@ -6,7 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/circuit"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -36,7 +38,7 @@ type Breaker struct {
 
 	// Fixed at New.
 	name      string
-	clock     *clockReader // nil: the coarse clock
+	clock     *core.Reader // nil: the coarse clock
 	isFailure func(error) bool
 	observers []observe.Observer
 	callObs   []observe.CallObserver
@@ -45,8 +47,9 @@ type Breaker struct {
 	errForced error
 	// For the retry budget and adaptive throttling (retry.go, throttle.go).
 	errThrottled error
-	retryObs     []observe.RetryObserver
-	rnd          func() float64 // nil: math/rand/v2; tests set a deterministic source
+	// The refusals of the concurrency limit, by the state of the circuit (bulkhead.go).
+	errLimited [3]*limitError
+	rnd        func() float64 // nil: math/rand/v2; tests set a deterministic source
 
 	_ [64]byte
 
@@ -82,6 +85,10 @@ type Breaker struct {
 	// tally counts for the retry budget and adaptive throttling while closed; nil when
 	// neither is configured, or when not closed (tally.go).
 	tally *tally
+	// lim counts calls in flight against Policy.MaxInFlight (bulkhead.go): nil until a
+	// policy first sets it, then kept, so that every call gives its slot back to the
+	// counter it took it from.
+	lim *limiter
 	// cand is the candidate policy judged in shadow (SetCandidate), nil without one; spans
 	// counts this breaker's opens and time open since it was set (on a candidate's shadow
 	// breaker, since it was made). Both nil on a breaker without a candidate.
@@ -95,44 +102,41 @@ func New(name string, p Policy, opts ...Option) (*Breaker, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := core.Apply(opts)
 	b := &Breaker{
 		name:      name,
-		isFailure: o.isFailure,
-		observers: o.observers,
-		errOpen:   &OpenError{Breaker: name, Reason: observe.RejectOpen},
-		errProbes: &OpenError{Breaker: name, Reason: observe.RejectHalfOpenSaturated},
-		errForced: &OpenError{Breaker: name, Reason: observe.RejectForcedOpen},
+		isFailure: o.IsFailure,
+		observers: o.Observers,
+		errOpen:   &openError{breaker: name, reason: rejectOpen},
+		errProbes: &openError{breaker: name, reason: rejectHalfOpenSaturated},
+		errForced: &openError{breaker: name, reason: rejectForcedOpen},
 		policy:    p.withDefaults(),
 
-		errThrottled: &OpenError{Breaker: name, Reason: observe.RejectThrottled},
+		errThrottled: &openError{breaker: name, reason: rejectThrottled},
+	}
+	for _, s := range []State{Closed, Open, HalfOpen} {
+		b.errLimited[s] = &limitError{breaker: name, state: s}
 	}
 	if b.isFailure == nil {
 		b.isFailure = isFailureByDefault
 	}
-	if o.clock != nil {
-		b.clock = newClockReader(o.clock)
+	if o.Clock != nil {
+		b.clock = core.NewReader(o.Clock)
 	}
-	for _, obs := range o.observers {
+	for _, obs := range o.Observers {
 		if co, ok := obs.(observe.CallObserver); ok {
 			b.callObs = append(b.callObs, co)
-		}
-		if ro, ok := obs.(observe.RetryObserver); ok {
-			b.retryObs = append(b.retryObs, ro)
 		}
 	}
 	now := b.now()
 	at := b.exactInstant()
-	b.since, b.sinceMono = at.wall, at.mono
+	b.since, b.sinceMono = at.Wall, at.Mono
 	if b.policy.Mode == ModeForcedOpen {
 		// Created forced open, the circuit has an open period from now on (§5.7), and
 		// Adopt must judge verdicts against it as it would had Update forced it open:
 		// a Closed verdict from before it is about an older outage.
 		b.state = Open
-		b.changed, b.openedAt = true, at.wall
+		b.changed, b.openedAt = true, at.Wall
 		b.opens, b.openFor = 1, b.policy.openPeriod(1)
 	}
 	b.resetWindow(now)
@@ -153,11 +157,11 @@ func (b *Breaker) Policy() Policy {
 	return b.policy.clone()
 }
 
-// now reads the monotonic timeline durations are measured on (clock.go). It is small
-// enough to inline into the call path: the coarse clock's reading is one atomic load, and
-// everything else is a call.
+// now reads the monotonic timeline durations are measured on (internal/core's clock.go).
+// It is small enough to inline into the call path: the coarse clock's reading is one
+// atomic load, and everything else is a call.
 func (b *Breaker) now() int64 {
-	if n := atomic.LoadInt64(&coarse.nanos); n != 0 && b.clock == nil {
+	if n := atomic.LoadInt64(&core.Coarse.Nanos); n != 0 && b.clock == nil {
 		return n
 	}
 	return b.nowSlow()
@@ -165,18 +169,18 @@ func (b *Breaker) now() int64 {
 
 func (b *Breaker) nowSlow() int64 {
 	if b.clock == nil {
-		return coarse.start()
+		return core.CoarseNow()
 	}
-	return b.clock.mono()
+	return b.clock.Mono()
 }
 
 // exactInstant reads both clocks exactly, for transitions, where the cost of time.Now does
 // not matter.
-func (b *Breaker) exactInstant() instant {
+func (b *Breaker) exactInstant() core.Instant {
 	if b.clock != nil {
-		return b.clock.instant()
+		return b.clock.Instant()
 	}
-	return exactInstant()
+	return core.ExactInstant()
 }
 
 // State returns the circuit's state, first moving an open circuit whose timeout has passed
@@ -219,7 +223,7 @@ func (b *Breaker) Trip() {
 		if b.state == Open {
 			b.restartOpen(b.exactInstant())
 		} else {
-			b.openNow(observe.CauseTrip, b.exactInstant(), now, &pend)
+			b.openNow(breakerconfig.ReasonManual, b.exactInstant(), now, &pend)
 		}
 	}
 	b.mu.Unlock()
@@ -260,9 +264,9 @@ func (b *Breaker) Update(p Policy) error {
 	}
 	switch {
 	case p.Mode == ModeForcedOpen && b.state != Open:
-		b.openNow(observe.CauseMode, b.exactInstant(), now, &pend)
+		b.openNow(breakerconfig.ReasonForced, b.exactInstant(), now, &pend)
 	case p.Mode == ModeForcedClosed && b.state != Closed:
-		b.transition(move{to: Closed, cause: observe.CauseMode, counts: b.counts(now), at: b.exactInstant()}, now, &pend)
+		b.transition(move{to: Closed, reason: breakerconfig.ReasonForced, counts: b.counts(now), at: b.exactInstant()}, now, &pend)
 	case b.state == Closed:
 		b.guardSlow(b.windowCounts())
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
@@ -93,7 +94,7 @@ func TestClosedWindow(t *testing.T) {
 		doN(t, b, 1, errBoom)
 		wantState(t, b, Open)
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].Counts != (Counts{Calls: 20, Failures: 20}) || tr[0].Cause != observe.CauseCalls || !errors.Is(tr[0].Err, errBoom) {
+		if len(tr) != 1 || tr[0].Counts != (Counts{Calls: 20, Failures: 20}) || tr[0].Reason != breakerconfig.ReasonTripped || tr[0].Trigger != breakerconfig.TriggerFailureRate || !errors.Is(tr[0].Err, errBoom) {
 			t.Fatalf("transitions = %+v", tr)
 		}
 	})
@@ -216,7 +217,7 @@ func TestOpenAndHalfOpen(t *testing.T) {
 			t.Fatalf("at the timeout: %v", err)
 		}
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].From != Open || tr[0].To != HalfOpen || tr[0].Cause != observe.CauseTimeout || tr[0].Counts != (Counts{Calls: 20, Failures: 20}) {
+		if len(tr) != 1 || tr[0].From != Open || tr[0].To != HalfOpen || tr[0].Reason != breakerconfig.ReasonTimedOut || tr[0].Counts != (Counts{Calls: 20, Failures: 20}) {
 			t.Fatalf("transitions = %+v", tr)
 		}
 		wantCounts(t, b, Counts{}) // the window was cleared
@@ -282,15 +283,15 @@ func TestOpenAndHalfOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = b.Allow()
-		oe, ok := errors.AsType[*OpenError](err)
-		if !ok || !errors.Is(err, ErrOpen) || oe.Reason != observe.RejectHalfOpenSaturated {
+		oe, ok := errors.AsType[*openError](err)
+		if !ok || !errors.Is(err, ErrOpen) || oe.reason != rejectHalfOpenSaturated {
 			t.Fatalf("second probe: %v", err)
 		}
 		wantCounts(t, b, Counts{})
 		wantState(t, b, HalfOpen)
 		done(nil)
 		wantCounts(t, b, Counts{Calls: 1, Successes: 1})
-		if e := rec.ends[20]; e.Outcome != observe.OutcomeRejected || e.Reason != observe.RejectHalfOpenSaturated || e.Initial != HalfOpen {
+		if e := rec.ends[20]; e.Outcome != observe.OutcomeRejected || refusedIn(e.Err) != HalfOpen || e.Initial != HalfOpen {
 			t.Fatalf("call events = %+v", rec.ends)
 		}
 		// The slot is free again.
@@ -368,10 +369,10 @@ func TestPanics(t *testing.T) {
 	}()
 	wantCounts(t, b, Counts{Calls: 1, Failures: 1})
 	e := rec.ends[len(rec.ends)-1]
-	if !e.Panicked || e.Outcome != observe.OutcomeFailure {
+	if e.Panic != "kaboom" || e.Outcome != observe.OutcomeFailure {
 		t.Fatalf("call event = %+v", e)
 	}
-	if pe, ok := errors.AsType[*PanicError](e.Err); !ok || pe.Value != "kaboom" {
+	if _, ok := errors.AsType[*panicError](e.Err); !ok {
 		t.Fatalf("call event error = %v", e.Err)
 	}
 	func() {
@@ -402,7 +403,7 @@ func TestCall(t *testing.T) {
 		if got != "fallback: boom" || err != nil {
 			t.Fatalf("got %q, %v", got, err)
 		}
-		if len(rec.fallbacks) != 1 || rec.fallbacks[0] != observe.FallbackFailure {
+		if len(rec.fallbacks) != 1 || rec.fallbacks[0] != "failure" {
 			t.Fatalf("fallbacks = %v", rec.fallbacks)
 		}
 	})
@@ -431,7 +432,7 @@ func TestCall(t *testing.T) {
 		if got != "cached" || err != nil || !errors.Is(cause, ErrOpen) {
 			t.Fatalf("got %q, %v, cause %v", got, err, cause)
 		}
-		if rec.fallbacks[len(rec.fallbacks)-1] != observe.FallbackOpen {
+		if rec.fallbacks[len(rec.fallbacks)-1] != "open" {
 			t.Fatalf("fallbacks = %v", rec.fallbacks)
 		}
 		// Without a fallback the error is returned.
@@ -469,7 +470,7 @@ func TestCall(t *testing.T) {
 		if !strings.Contains(inner, "probe limit") {
 			t.Fatalf("nested call cause %q", inner)
 		}
-		if rec.fallbacks[len(rec.fallbacks)-1] != observe.FallbackHalfOpenSaturated {
+		if rec.fallbacks[len(rec.fallbacks)-1] != "half_open_saturated" {
 			t.Fatalf("fallbacks = %v", rec.fallbacks)
 		}
 	})

@@ -7,11 +7,13 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
-// Callbacks are the seed's call(open, close, halfOpen). Closed is the protected call and is
-// required. HalfOpen, if set, replaces Closed for probes, for example with a shorter timeout.
-// Open is the fallback: it runs when the call is short-circuited (cause matches ErrOpen) or
-// when the protected callback fails (cause is the failure); with Open nil, the error is
-// returned as it is.
+// Callbacks are call(open, close, halfOpen) of utopia-php/circuit-breaker, the PHP
+// library whose semantics Fusebox follows (docs/design.md). Closed is the protected call
+// and is required. HalfOpen, if set, replaces Closed for probes, for example with a shorter timeout.
+// Open is the fallback: it runs when the call is short-circuited (cause matches ErrOpen),
+// when the concurrency limit refuses it (cause matches ErrConcurrencyLimited), or when the
+// protected callback fails (cause is the failure); with Open nil, the error is returned as
+// it is.
 type Callbacks[T any] struct {
 	Closed   func(ctx context.Context) (T, error)
 	HalfOpen func(ctx context.Context) (T, error)
@@ -31,17 +33,16 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 		var zero T
 		return zero, errNoClosedCallback
 	}
-	t, err := b.admit()
+	t, err := b.admit(ctx)
 	if err != nil {
 		if cb.Open == nil {
 			var zero T
 			return zero, err
 		}
-		reason := observe.FallbackOpen
-		if oe, ok := errors.AsType[*OpenError](err); ok && oe.Reason == observe.RejectHalfOpenSaturated {
-			reason = observe.FallbackHalfOpenSaturated
+		if len(b.callObs) > 0 {
+			s := refusedIn(err)
+			b.notifyFallback(observe.CallEvent{Breaker: b.name, Outcome: observe.OutcomeRejected, Initial: s, Final: s, Err: err})
 		}
-		b.notifyFallback(reason, err)
 		return cb.Open(ctx, err)
 	}
 	fn := cb.Closed
@@ -50,7 +51,9 @@ func Call[T any](ctx context.Context, b *Breaker, cb Callbacks[T]) (T, error) {
 	}
 	res, failed, err := runTicket(ctx, b, t, fn)
 	if failed && cb.Open != nil {
-		b.notifyFallback(observe.FallbackFailure, err)
+		if len(b.callObs) > 0 {
+			b.notifyFallback(observe.CallEvent{Breaker: b.name, Outcome: observe.OutcomeFailure, Initial: t.p.state, Final: b.cur.Load().state, Err: err})
+		}
 		return cb.Open(ctx, err)
 	}
 	return res, err
@@ -73,8 +76,26 @@ func runTicket[T any](ctx context.Context, b *Breaker, t ticket, fn func(context
 	return res, failed, err
 }
 
-func (b *Breaker) notifyFallback(r observe.FallbackReason, cause error) {
+func (b *Breaker) notifyFallback(ev observe.CallEvent) {
 	for _, co := range b.callObs {
-		co.OnFallback(b.name, r, cause)
+		co.OnFallback(ev)
 	}
+}
+
+// refusedIn is the state a refusal (an openError or limitError of b's) was made in:
+// half-open for the probe cap, closed for throttling, the circuit's for the concurrency
+// limit, else open.
+func refusedIn(err error) State {
+	if s, ok := limitedIn(err); ok {
+		return s
+	}
+	if oe, ok := err.(*openError); ok {
+		switch oe.reason {
+		case rejectHalfOpenSaturated:
+			return HalfOpen
+		case rejectThrottled:
+			return Closed
+		}
+	}
+	return Open
 }

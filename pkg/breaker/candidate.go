@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 )
 
 // Candidate policies (§11): a second policy judged in shadow on the calls the breaker
@@ -36,18 +36,15 @@ type CandidateStats struct {
 	// judged in (ModeMetricsOnly).
 	Policy Policy
 	// Enforced is what the enforced policy did over the same span.
-	Enforced EnforcedStats
-}
-
-// EnforcedStats is the enforced policy's side of a CandidateStats.
-type EnforcedStats struct {
-	// Opens counts the breaker's transitions to open since the candidate was set.
-	Opens int64
-	// Refused counts the calls it short-circuited since then, open, forced open or with
-	// its probe slots full; not those adaptive throttling rejected.
-	Refused int64
-	// TimeOpen is how long it was open or half-open.
-	TimeOpen time.Duration
+	Enforced struct {
+		// Opens counts the breaker's transitions to open since the candidate was set.
+		Opens int64
+		// Refused counts the calls it short-circuited since then, open, forced open or
+		// with its probe slots full; not those adaptive throttling rejected.
+		Refused int64
+		// TimeOpen is how long it was open or half-open.
+		TimeOpen time.Duration
+	}
 }
 
 // candidate is a candidate policy being judged: its shadow breaker and what the call path
@@ -56,7 +53,7 @@ type candidate struct {
 	b           *Breaker // the shadow: ModeMetricsOnly, no retry budget, no throttling
 	policy      Policy   // as SetCandidate was given it, with defaults: what an equal one is compared with
 	wouldRefuse atomic.Int64
-	refused     atomic.Int64 // the enforced policy's refusals (EnforcedStats.Refused)
+	refused     atomic.Int64 // the enforced policy's refusals (CandidateStats.Enforced.Refused)
 	// slow and exact are the shadow's slow-call threshold and whether it is timed on the
 	// exact clock: a period with the candidate times its calls for either judgement.
 	slow  int64
@@ -86,7 +83,7 @@ func (s *spanTally) moved(to State, now int64) {
 	case out && !s.out:
 		s.outSince = now
 	case !out && s.out:
-		s.timeOpen += max(subSat(now, s.outSince), 0)
+		s.timeOpen += max(core.SubSat(now, s.outSince), 0)
 	}
 	s.out = to != Closed
 }
@@ -95,7 +92,7 @@ func (s *spanTally) moved(to State, now int64) {
 func (s *spanTally) openFor(now int64) time.Duration {
 	d := s.timeOpen
 	if s.out {
-		d = addSat(d, max(subSat(now, s.outSince), 0))
+		d = core.AddSat(d, max(core.SubSat(now, s.outSince), 0))
 	}
 	return time.Duration(d)
 }
@@ -104,7 +101,8 @@ func (s *spanTally) openFor(now int64) time.Duration {
 // removes it. The candidate sees every call the breaker runs and judges its outcome as
 // the enforced policy judges it, but it never refuses a call: what it would have done is
 // only counted ([Breaker.Candidate]). Its Mode is ignored (it is judged as ModeMetricsOnly
-// judges), and so are RetryBudget and Throttle, which do not open a circuit. A policy
+// judges), and so are RetryBudget, Throttle and the concurrency limit (MaxInFlight,
+// MaxWait, Adaptive), which do not open a circuit. A policy
 // equal to the candidate already set changes nothing, so a source may set it on every
 // configuration it applies; a different one starts afresh, every count from zero. An
 // invalid policy is refused with an error naming the field, and the old candidate stays.
@@ -126,6 +124,7 @@ func (b *Breaker) SetCandidate(p *Policy) error {
 	}
 	q := p.withDefaults()
 	q.Mode, q.RetryBudget, q.Throttle = ModeMetricsOnly, nil, nil
+	q.MaxInFlight, q.MaxWait, q.Adaptive = 0, 0, nil
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cand != nil && b.cand.policy.equal(q) {
@@ -141,18 +140,18 @@ func (b *Breaker) SetCandidate(p *Policy) error {
 // b's mu.
 func (b *Breaker) newCandidate(q Policy) *candidate {
 	sh := &Breaker{name: b.name, clock: b.clock, isFailure: b.isFailure, policy: q}
-	sh.errOpen = &OpenError{Breaker: b.name, Reason: observe.RejectOpen}
-	sh.errProbes = &OpenError{Breaker: b.name, Reason: observe.RejectHalfOpenSaturated}
-	sh.errForced = &OpenError{Breaker: b.name, Reason: observe.RejectForcedOpen}
-	sh.errThrottled = &OpenError{Breaker: b.name, Reason: observe.RejectThrottled}
+	sh.errOpen = &openError{breaker: b.name, reason: rejectOpen}
+	sh.errProbes = &openError{breaker: b.name, reason: rejectHalfOpenSaturated}
+	sh.errForced = &openError{breaker: b.name, reason: rejectForcedOpen}
+	sh.errThrottled = &openError{breaker: b.name, reason: rejectThrottled}
 	now := sh.now()
 	at := sh.exactInstant()
-	sh.since, sh.sinceMono = at.wall, at.mono
+	sh.since, sh.sinceMono = at.Wall, at.Mono
 	sh.spans = newSpanTally(Closed, now)
 	sh.resetWindow(now)
 	sh.resetTally(now)
 	sh.publish()
-	c := &candidate{b: sh, policy: q, start: at.wall}
+	c := &candidate{b: sh, policy: q, start: at.Wall}
 	if d := q.SlowCallDuration; d > 0 {
 		c.slow, c.exact = int64(d), b.clock == nil && d < coarseEnough
 	}
@@ -183,7 +182,7 @@ func (b *Breaker) Candidate() (CandidateStats, bool) {
 	// The enforced circuit is not advanced: time alone moves it only between open and
 	// half-open, which its time open does not tell apart.
 	now := b.now()
-	enforced := EnforcedStats{Opens: b.spans.opens, TimeOpen: b.spans.openFor(now)}
+	enforcedOpens, enforcedTimeOpen := b.spans.opens, b.spans.openFor(now)
 	b.mu.Unlock()
 
 	sh := c.b
@@ -196,7 +195,7 @@ func (b *Breaker) Candidate() (CandidateStats, bool) {
 	}
 	sh.mu.Unlock()
 	st.WouldRefuse = c.wouldRefuse.Load()
-	enforced.Refused = c.refused.Load()
-	st.Enforced = enforced
+	st.Enforced.Opens, st.Enforced.TimeOpen = enforcedOpens, enforcedTimeOpen
+	st.Enforced.Refused = c.refused.Load()
 	return st, true
 }

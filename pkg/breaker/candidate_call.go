@@ -9,25 +9,29 @@ import "context"
 
 // admitShadowed admits a call as p.base says, counting a refusal for the enforced side,
 // then admits it to the candidate.
-func (b *Breaker) admitShadowed(p *period) (ticket, error) {
+func (b *Breaker) admitShadowed(ctx context.Context, p *period) (ticket, error) {
 	var t ticket
 	var err error
 	switch p.base {
 	case admitClosed:
 		t = ticket{p: p, recorded: true}
+	case admitLimited:
+		t, err = b.slotFor(ctx, p)
 	case admitTallied:
-		t, err = b.admitTallied(p)
+		t, err = b.admitTallied(ctx, p)
 	case admitOpenUntil:
 		if b.now() < p.halfOpenAt {
 			err = p.reject
 			break
 		}
-		t, err = b.admitSlow()
+		t, err = b.admitSlow(ctx, false)
 	default:
-		t, err = b.admitSlow()
+		t, err = b.admitSlow(ctx, false)
 	}
 	if err != nil {
-		if err != b.errThrottled {
+		// The enforced circuit's refusals; throttling and the concurrency limit refuse on
+		// other grounds than the circuit the candidate is compared with.
+		if _, limited := limitedIn(err); !limited && err != b.errThrottled {
 			p.cand.refused.Add(1)
 		}
 		return t, err
@@ -43,7 +47,7 @@ func (b *Breaker) admitShadowed(p *period) (ticket, error) {
 // admit admits a call to the shadow breaker, which in ModeMetricsOnly never refuses: one
 // it runs unrecorded is one the candidate would have refused.
 func (c *candidate) admit() (*period, bool) {
-	st, _ := c.b.admit()
+	st, _ := c.b.admit(context.Background()) // the shadow breaker has no concurrency limit: nothing waits
 	if !st.recorded {
 		c.wouldRefuse.Add(1)
 	}
@@ -51,9 +55,9 @@ func (c *candidate) admit() (*period, bool) {
 }
 
 // startOf is when a call admitted as t starts, for the judgements that time it (either
-// policy's SlowCallDuration); 0 when neither does.
+// policy's SlowCallDuration, and the adaptive concurrency limit); 0 when none does.
 func (b *Breaker) startOf(t ticket) int64 {
-	if t.p.slow != 0 || t.sp != nil && t.sp.slow != 0 {
+	if t.p.slow != 0 || t.p.adaptive || t.sp != nil && t.sp.slow != 0 {
 		return b.callTime(t.p)
 	}
 	return 0
@@ -81,7 +85,7 @@ func (b *Breaker) executeShadowed(ctx context.Context, p *period, fn func(contex
 	case !p.untimed || sp.admit != admitClosed:
 		return b.executeSlow(ctx, fn)
 	case p.base == admitClosed:
-	case p.base == admitTallied:
+	case p.base == admitTallied && p.lim == nil:
 		if p.throttleK != 0 && b.throttled(p, b.now()) {
 			return b.errThrottled
 		}

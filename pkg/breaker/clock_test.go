@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 )
 
 // TestWallClockStep: a step of the wall clock, either way, changes no duration a breaker
@@ -135,9 +137,9 @@ func TestRealClockTimeline(t *testing.T) {
 	if d := time.Duration(first - time.Now().UnixNano()); d > 0 || d < -time.Second {
 		t.Fatalf("timeline is %v off the wall clock", d)
 	}
-	at := exactInstant()
-	if d := time.Duration(at.mono - at.wall); d < -time.Second || d > time.Second {
-		t.Fatalf("exact instant: mono %d, wall %d", at.mono, at.wall)
+	at := core.ExactInstant()
+	if d := time.Duration(at.Mono - at.Wall); d < -time.Second || d > time.Second {
+		t.Fatalf("exact instant: mono %d, wall %d", at.Mono, at.Wall)
 	}
 	if b.now() < first {
 		t.Fatal("the timeline went backwards")
@@ -145,13 +147,13 @@ func TestRealClockTimeline(t *testing.T) {
 }
 
 // TestCoarseClockStopsSoon: the coarse clock's goroutine, the one goroutine the package
-// starts, is gone after the last call, and it is named as clock.go documents, for those
-// who ignore it instead. It stops after coarseLifetime ticks of coarseTick, about 100 ms,
+// starts, is gone after the last call, and it is named as internal/core/clock.go documents, for those
+// who ignore it instead. It stops after coarseLifetime ticks of core.CoarseTick, about 100 ms,
 // which goleak.VerifyNone's 400 ms of retries outlast; how long it took is logged, not
 // asserted: a loaded machine delays the ticks, and a ticker that never stopped fails the
 // generous bound below all the same.
 func TestCoarseClockStopsSoon(t *testing.T) {
-	const top = "github.com/fusebox-dev/fusebox/pkg/breaker.(*coarseClock).run("
+	const top = "github.com/fusebox-dev/fusebox/pkg/breaker/internal/core.(*coarseClock).run("
 	b, err := New("goleak", Policy{})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +182,7 @@ func TestCoarseClockStopsSoon(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	if !seen {
-		t.Fatalf("no goroutine whose top function is %s: the name clock.go gives goleak is wrong", top)
+		t.Fatalf("no goroutine whose top function is %s: the name internal/core/clock.go gives goleak is wrong", top)
 	}
 	start := time.Now()
 	for absent := 0; absent < 3; time.Sleep(5 * time.Millisecond) { // gone on three looks in a row

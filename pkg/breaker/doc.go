@@ -34,5 +34,12 @@
 // lock-free tally of the window, and both learn from the fleet the operator describes with
 // [Breaker.SetFleet]; a policy with neither counts nothing more per call.
 //
+// A policy may also limit the calls in flight ([Policy.MaxInFlight], a pod's share of a
+// limit for the whole fleet): a call over it waits up to [Policy.MaxWait] for a slot and is
+// then refused with [ErrConcurrencyLimited], which is neither a failure nor a short-circuit
+// of the circuit. With [Policy.Adaptive] the limit falls below the share while the
+// dependency slows, its baseline capped by the fleet's ([Fleet].Baseline) so that it does
+// not drift up during a long incident. A breaker without a limit pays nothing for it.
+//
 // Every exported method is safe for concurrent use.
 package breaker

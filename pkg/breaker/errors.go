@@ -3,43 +3,61 @@ package breaker
 import (
 	"errors"
 	"strconv"
-
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
-// ErrOpen is matched, with errors.Is, by every error of a short-circuited call. The error
-// itself is an [*OpenError] that says which breaker refused and why.
+// ErrOpen is matched, with errors.Is, by every error of a short-circuited call; the error
+// says which breaker refused and why.
 var ErrOpen = errors.New("breaker: circuit open")
 
-// OpenError is the error of a short-circuited call. A breaker builds one per reason up
-// front, so that refusing a call allocates nothing; treat it as read-only.
-type OpenError struct {
-	Breaker string
-	Reason  observe.RejectReason
+// rejectReason says why a call was short-circuited.
+type rejectReason uint8
+
+const (
+	rejectNone              rejectReason = iota
+	rejectOpen                           // the circuit is open
+	rejectHalfOpenSaturated              // half-open, and the probe cap is reached
+	rejectForcedOpen                     // the mode is ForcedOpen
+	rejectThrottled                      // closed, and adaptive throttling rejected the call (§5.16)
+	rejectLimited                        // the circuit admitted the call and the concurrency limit refused it (§5.18)
+)
+
+// openError is the error of a short-circuited call. A breaker builds one per reason up
+// front, so that refusing a call allocates nothing.
+type openError struct {
+	breaker string
+	reason  rejectReason
 }
 
-func (e *OpenError) Error() string {
-	switch e.Reason {
-	case observe.RejectHalfOpenSaturated:
-		return "breaker " + quote(e.Breaker) + ": circuit half-open, probe limit reached"
-	case observe.RejectForcedOpen:
-		return "breaker " + quote(e.Breaker) + ": circuit forced open"
-	case observe.RejectThrottled:
-		return "breaker " + quote(e.Breaker) + ": call throttled (circuit closed)"
+func (e *openError) Error() string {
+	switch e.reason {
+	case rejectHalfOpenSaturated:
+		return "breaker " + quote(e.breaker) + ": circuit half-open, probe limit reached"
+	case rejectForcedOpen:
+		return "breaker " + quote(e.breaker) + ": circuit forced open"
+	case rejectThrottled:
+		return "breaker " + quote(e.breaker) + ": call throttled (circuit closed)"
 	}
-	return "breaker " + quote(e.Breaker) + ": circuit open"
+	return "breaker " + quote(e.breaker) + ": circuit open"
 }
 
-// Is makes errors.Is(err, ErrOpen) hold for every OpenError, and errors.Is(err,
+// Is makes errors.Is(err, ErrOpen) hold for every openError, and errors.Is(err,
 // ErrThrottled) for one adaptive throttling rejected.
-func (e *OpenError) Is(target error) bool {
-	return target == ErrOpen || target == ErrThrottled && e.Reason == observe.RejectThrottled
+func (e *openError) Is(target error) bool {
+	return target == ErrOpen || target == ErrThrottled && e.reason == rejectThrottled
 }
+
+// panicError is the failure recorded, and reported to observers (observe.CallEvent.Panic
+// holds the value), for a protected function that panicked. The panic itself is re-raised,
+// so callers never receive it as an error.
+type panicError struct{ value any }
+
+func (e *panicError) Error() string { return "breaker: protected function panicked" }
 
 func quote(s string) string { return strconv.Quote(s) }
 
 var (
-	_ error = (*OpenError)(nil)
-	_ error = (*PanicError)(nil)
+	_ error = (*openError)(nil)
+	_ error = (*panicError)(nil)
 	_ error = (*fieldError)(nil)
+	_ error = (*retryBudgetError)(nil)
 )

@@ -74,13 +74,13 @@ func ExampleBreaker_Allow() {
 type logTransitions struct{}
 
 func (logTransitions) OnTransition(t observe.Transition) {
-	fmt.Printf("%s: %v -> %v (%v)\n", t.Breaker, t.From, t.To, t.Cause)
+	fmt.Printf("%s: %v -> %v (%v)\n", t.Breaker, t.From, t.To, t.Reason)
 }
 
 func ExampleWithObserver() {
 	b, _ := breaker.New("mail", breaker.DefaultPolicy(), breaker.WithObserver(logTransitions{}))
 	b.Trip()
-	// Output: mail: closed -> open (trip)
+	// Output: mail: closed -> open (Manual)
 }
 
 func ExampleRegistry() {
@@ -113,7 +113,7 @@ func ExampleGroup() {
 	tenants.SetMaxKeys(10_000) // at most this many tenants' breakers; idle closed ones go first
 
 	query := func(tenant string) error {
-		return tenants.Execute(context.Background(), tenant, func(ctx context.Context) error {
+		return tenants.Get(tenant).Execute(context.Background(), func(ctx context.Context) error {
 			if tenant == "acme" {
 				return errors.New("acme's shard is down")
 			}

@@ -24,7 +24,8 @@ type recorder struct {
 	transitions []observe.Transition
 	ends        []observe.CallEvent
 	starts      int
-	fallbacks   []observe.FallbackReason
+	fallbacks   []string // fallbackReason of each
+	retries     []bool
 }
 
 var _ observe.CallObserver = (*recorder)(nil)
@@ -47,10 +48,30 @@ func (r *recorder) OnCallEnd(e observe.CallEvent) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) OnFallback(_ string, reason observe.FallbackReason, _ error) {
+func (r *recorder) OnFallback(ev observe.CallEvent) {
 	r.mu.Lock()
-	r.fallbacks = append(r.fallbacks, reason)
+	r.fallbacks = append(r.fallbacks, fallbackReason(ev))
 	r.mu.Unlock()
+}
+
+func (r *recorder) OnRetry(_ string, allowed bool) {
+	r.mu.Lock()
+	r.retries = append(r.retries, allowed)
+	r.mu.Unlock()
+}
+
+// fallbackReason names why Call ran the fallback ev describes, as otelbreaker's
+// breaker.fallbacks counter does: "open", "half_open_saturated", "concurrency_limited" or "failure".
+func fallbackReason(ev observe.CallEvent) string {
+	switch {
+	case ev.Outcome != observe.OutcomeRejected:
+		return "failure"
+	case errors.Is(ev.Err, ErrConcurrencyLimited):
+		return "concurrency_limited"
+	case ev.Initial == HalfOpen:
+		return "half_open_saturated"
+	}
+	return "open"
 }
 
 func (r *recorder) takeTransitions() []observe.Transition {
@@ -65,3 +86,8 @@ func (r *recorder) takeTransitions() []observe.Transition {
 type transitionsOnly struct{ r *recorder }
 
 func (t transitionsOnly) OnTransition(tr observe.Transition) { t.r.OnTransition(tr) }
+
+// observerFunc is a function used as an Observer.
+type observerFunc func(observe.Transition)
+
+func (f observerFunc) OnTransition(t observe.Transition) { f(t) }

@@ -3,6 +3,7 @@ package breaker
 import (
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -10,6 +11,9 @@ import (
 // as possible, single-threaded, with the window kept as a list of recorded outcomes tagged
 // with their bucket index instead of counters. It reads two clocks (§5.14): durations on
 // the monotonic one (mono), timestamps that leave the breaker on the wall clock (wall).
+// instant is one moment on the model's two clocks.
+type instant struct{ wall, mono int64 }
+
 type refModel struct {
 	p         Policy
 	state     State
@@ -115,11 +119,11 @@ func refPeriod(p Policy, k int) time.Duration {
 	return min(d, max(p.MaxOpenTimeout, p.OpenTimeout))
 }
 
-func (m *refModel) to(s State, cause observe.TransitionCause, c Counts, at, now instant) {
-	m.toWith(s, cause, observe.TriggerNone, c, at, now, 0, 0)
+func (m *refModel) to(s State, cause string, c Counts, at, now instant) {
+	m.toWith(s, cause, "", c, at, now, 0, 0)
 }
 
-func (m *refModel) toWith(s State, cause observe.TransitionCause, trig observe.Trigger, c Counts, at, now instant, opens int, openFor time.Duration) {
+func (m *refModel) toWith(s State, cause string, trig string, c Counts, at, now instant, opens int, openFor time.Duration) {
 	from := m.state
 	m.gen++
 	m.state = s
@@ -141,7 +145,7 @@ func (m *refModel) toWith(s State, cause observe.TransitionCause, trig observe.T
 		m.openTally = Counts{}
 		m.opens, m.openFor = 0, 0
 	}
-	tr := observe.Transition{From: from, To: s, At: time.Unix(0, at.wall), Counts: c, Cause: cause, Trigger: trig, Period: m.gen}
+	tr := observe.Transition{From: from, To: s, At: time.Unix(0, at.wall), Counts: c, Reason: cause, Trigger: trig, Period: m.gen}
 	if s != Closed {
 		tr.ConsecutiveOpens, tr.OpenTimeout = m.opens, m.openFor
 	}
@@ -159,33 +163,33 @@ func (m *refModel) advance(now instant) {
 	// clock reads that moment as long before now as the monotonic clock does.
 	when := func(mono int64) instant { return instant{wall: now.wall - (now.mono - mono), mono: mono} }
 	if end := m.sinceMono + int64(m.openFor); m.state == Open && m.p.Mode != ModeForcedOpen && now.mono >= end {
-		m.to(HalfOpen, observe.CauseTimeout, m.openTally, when(end), now)
+		m.to(HalfOpen, breakerconfig.ReasonTimedOut, m.openTally, when(end), now)
 	}
 	// No probe outcome for OpenTimeout after the last admission: the probes leaked.
 	if end := m.lastProbe + int64(m.p.OpenTimeout); m.state == HalfOpen && m.awaiting && now.mono >= end {
-		m.to(Open, observe.CauseTimeout, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, when(end), now)
+		m.to(Open, breakerconfig.ReasonTimedOut, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, when(end), now)
 	}
 }
 
-func (m *refModel) admit(now instant) (refTicket, observe.RejectReason) {
+func (m *refModel) admit(now instant) (refTicket, rejectReason) {
 	m.advance(now)
 	t := refTicket{gen: m.gen, state: m.state, start: now.mono, slowAt: int64(m.p.SlowCallDuration)}
 	switch {
 	case m.state == Closed:
 		t.recorded = true
 	case m.p.Mode == ModeForcedOpen:
-		return t, observe.RejectForcedOpen
+		return t, rejectForcedOpen
 	case m.state == HalfOpen && m.inflight < m.p.HalfOpenPermittedCalls:
 		m.inflight++
 		m.awaiting, m.lastProbe = true, now.mono
 		t.recorded = true
 	case m.p.Mode == ModeMetricsOnly:
 	case m.state == HalfOpen:
-		return t, observe.RejectHalfOpenSaturated
+		return t, rejectHalfOpenSaturated
 	default:
-		return t, observe.RejectOpen
+		return t, rejectOpen
 	}
-	return t, observe.RejectNone
+	return t, rejectNone
 }
 
 func (m *refModel) finish(t refTicket, o observe.Outcome, now instant) observe.Outcome {
@@ -215,23 +219,23 @@ func (m *refModel) finish(t refTicket, o observe.Outcome, now instant) observe.O
 		enough := c.Calls >= int64(m.p.MinimumThroughput)
 		switch {
 		case o == observe.OutcomeFailure && enough && float64(c.Failures)/float64(c.Calls) >= m.p.FailureRatio:
-			m.toWith(Open, observe.CauseCalls, observe.TriggerFailureRate, c, now, now, 0, 0)
+			m.toWith(Open, breakerconfig.ReasonTripped, breakerconfig.TriggerFailureRate, c, now, now, 0, 0)
 		case m.p.SlowCallDuration > 0 && enough && c.Slow > 0 && float64(c.Slow)/float64(c.Calls) >= m.p.SlowCallRatio:
-			m.toWith(Open, observe.CauseCalls, observe.TriggerSlowCallRate, c, now, now, 0, 0)
+			m.toWith(Open, breakerconfig.ReasonTripped, breakerconfig.TriggerSlowCallRate, c, now, now, 0, 0)
 		}
 	case HalfOpen:
 		m.inflight--
 		m.awaiting = false
 		switch {
 		case o == observe.OutcomeFailure:
-			m.toWith(Open, observe.CauseCalls, observe.TriggerFailedProbe, Counts{Calls: m.probeCalls + 1, Failures: 1, Successes: m.probeSucc, Slow: b2i(slow)}, now, now, 0, 0)
+			m.toWith(Open, breakerconfig.ReasonProbeFailed, breakerconfig.TriggerFailedProbe, Counts{Calls: m.probeCalls + 1, Failures: 1, Successes: m.probeSucc, Slow: b2i(slow)}, now, now, 0, 0)
 		case o == observe.OutcomeSuccess && slow:
-			m.toWith(Open, observe.CauseCalls, observe.TriggerSlowProbe, Counts{Calls: m.probeCalls + 1, Successes: m.probeSucc, Slow: 1}, now, now, 0, 0)
+			m.toWith(Open, breakerconfig.ReasonProbeFailed, breakerconfig.TriggerSlowProbe, Counts{Calls: m.probeCalls + 1, Successes: m.probeSucc, Slow: 1}, now, now, 0, 0)
 		case o == observe.OutcomeSuccess:
 			m.probeCalls++
 			m.probeSucc++
 			if m.probeSucc >= int64(m.p.SuccessThreshold) {
-				m.to(Closed, observe.CauseCalls, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
+				m.to(Closed, breakerconfig.ReasonProbesSucceeded, Counts{Calls: m.probeCalls, Successes: m.probeSucc}, now, now)
 			}
 		}
 	}
@@ -250,7 +254,7 @@ func (m *refModel) trip(now instant) {
 		m.restarts++
 		return
 	}
-	m.to(Open, observe.CauseTrip, m.counts(now), now, now)
+	m.to(Open, breakerconfig.ReasonManual, m.counts(now), now, now)
 }
 
 func (m *refModel) update(p Policy, now instant) {
@@ -277,9 +281,9 @@ func (m *refModel) update(p Policy, now instant) {
 	}
 	switch {
 	case p.Mode == ModeForcedOpen && m.state != Open:
-		m.to(Open, observe.CauseMode, m.counts(now), now, now)
+		m.to(Open, breakerconfig.ReasonForced, m.counts(now), now, now)
 	case p.Mode == ModeForcedClosed && m.state != Closed:
-		m.to(Closed, observe.CauseMode, m.counts(now), now, now)
+		m.to(Closed, breakerconfig.ReasonForced, m.counts(now), now, now)
 	}
 }
 
@@ -328,18 +332,18 @@ func (m *refModel) adopt(v Verdict, now instant) bool {
 		if stale {
 			return false
 		}
-		m.toWith(Open, observe.CauseAdopted, observe.TriggerNone, m.counts(now), since, now, v.ConsecutiveOpens, v.OpenTimeout)
+		m.toWith(Open, breakerconfig.ReasonAdopted, "", m.counts(now), since, now, v.ConsecutiveOpens, v.OpenTimeout)
 	case HalfOpen:
 		if m.state != Open || stale {
 			return false
 		}
-		m.to(HalfOpen, observe.CauseAdopted, m.openTally, since, now)
+		m.to(HalfOpen, breakerconfig.ReasonAdopted, m.openTally, since, now)
 	case Closed:
 		// Stale only against the open period it would end.
 		if m.state == Closed || m.changed && since.wall < m.openedAt {
 			return false
 		}
-		m.to(Closed, observe.CauseAdopted, m.counts(now), since, now)
+		m.to(Closed, breakerconfig.ReasonAdopted, m.counts(now), since, now)
 	}
 	return true
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -102,6 +103,7 @@ func (c *modelCandidate) drain() {
 // (modes included) and Adopt, and compares them after every step: admission, outcome,
 // State, Counts, Verdict and every transition.
 func TestModel(t *testing.T) {
+	t.Parallel() // the longest tests of the package, on the CPU alone: each sequence has its own fake clock
 	// 5,000 sequences each with and without a call observer (which takes the locked path
 	// for every call): 10,000 in all.
 	sequences, steps := 5000, 120
@@ -110,6 +112,7 @@ func TestModel(t *testing.T) {
 	}
 	for _, observed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("callObserver=%v", observed), func(t *testing.T) {
+			t.Parallel()
 			var reached modelReach
 			for seed := range uint64(sequences) {
 				reached.add(runModelSequence(t, seed, steps, observed, false))
@@ -159,12 +162,14 @@ func (r *modelReach) add(o modelReach) {
 // candidate as the reference model of its policy in ModeMetricsOnly fed the calls that
 // ran, its state, since, opens and wouldRefuse compared as the breaker's are.
 func TestModelWithCandidate(t *testing.T) {
+	t.Parallel()
 	sequences, steps := 3000, 120
 	if testing.Short() {
 		sequences = 200
 	}
 	for _, observed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("callObserver=%v", observed), func(t *testing.T) {
+			t.Parallel()
 			var reached modelReach
 			for seed := range uint64(sequences) {
 				reached.add(runModelSequence(t, seed, steps, observed, true))
@@ -228,12 +233,12 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 			done, err := b.Allow()
 			tk, reason := m.admit(now())
 			fmt.Fprintf(&log, "%d allow -> %v (model %v)\n", step, err, reason)
-			if (err == nil) != (reason == observe.RejectNone) {
+			if (err == nil) != (reason == rejectNone) {
 				fail("Allow: breaker err %v, model reject %q", err, reason)
 			}
 			if err != nil {
-				oe, ok := errors.AsType[*OpenError](err)
-				if !ok || !errors.Is(err, ErrOpen) || oe.Reason != reason {
+				oe, ok := errors.AsType[*openError](err)
+				if !ok || !errors.Is(err, ErrOpen) || oe.reason != reason {
 					fail("Allow: error %v, want reason %q", err, reason)
 				}
 				break
@@ -332,14 +337,14 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 			func() {
 				defer func() { _ = recover() }()
 				tk, reason := m.admit(now())
-				if reason == observe.RejectNone {
+				if reason == rejectNone {
 					m.finish(tk, observe.OutcomeFailure, now())
 					var lc liveCall
 					cand.admit(&lc, now())
 					cand.finish(lc, observe.OutcomeFailure, now())
 				}
 				err := b.Execute(context.Background(), func(context.Context) error { panic("boom") })
-				if reason == observe.RejectNone || !errors.Is(err, ErrOpen) {
+				if reason == rejectNone || !errors.Is(err, ErrOpen) {
 					fail("Execute returned %v without re-raising the panic; model reject %q", err, reason)
 				}
 			}()
@@ -384,17 +389,17 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 		m.transitions = nil
 		for _, w := range want {
 			switch {
-			case w.From == HalfOpen && w.To == Open && w.Cause == observe.CauseTimeout:
+			case w.From == HalfOpen && w.To == Open && w.Reason == breakerconfig.ReasonTimedOut:
 				reached.leakReopens++
-			case w.Trigger == observe.TriggerSlowCallRate:
+			case w.Trigger == breakerconfig.TriggerSlowCallRate:
 				reached.slowTrips++
-			case w.Trigger == observe.TriggerSlowProbe:
+			case w.Trigger == breakerconfig.TriggerSlowProbe:
 				reached.slowProbes++
 			}
-			if w.To == Open && w.Cause == observe.CauseAdopted && w.OpenTimeout != m.p.OpenTimeout {
+			if w.To == Open && w.Reason == breakerconfig.ReasonAdopted && w.OpenTimeout != m.p.OpenTimeout {
 				reached.adoptedPeriods++
 			}
-			if w.To == Open && w.OpenTimeout > m.p.OpenTimeout && w.Cause != observe.CauseAdopted {
+			if w.To == Open && w.OpenTimeout > m.p.OpenTimeout && w.Reason != breakerconfig.ReasonAdopted {
 				reached.backedOff++
 			}
 		}
@@ -403,7 +408,7 @@ func runModelSequence(t *testing.T, seed uint64, steps int, observed, withCandid
 		}
 		for i := range got {
 			g, w := got[i], want[i]
-			if g.From != w.From || g.To != w.To || g.Cause != w.Cause || g.Trigger != w.Trigger || g.Period != w.Period || g.Counts != w.Counts ||
+			if g.From != w.From || g.To != w.To || g.Reason != w.Reason || g.Trigger != w.Trigger || g.Period != w.Period || g.Counts != w.Counts ||
 				g.ConsecutiveOpens != w.ConsecutiveOpens || g.OpenTimeout != w.OpenTimeout || !g.At.Equal(w.At) || g.Breaker != "model" {
 				fail("step %d: transition %+v, model %+v", step, g, w)
 			}

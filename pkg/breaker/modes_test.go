@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -45,12 +46,12 @@ func TestModes(t *testing.T) {
 		}
 		forcedAt := clock.Now()
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].To != Open || tr[0].Cause != observe.CauseMode {
+		if len(tr) != 1 || tr[0].To != Open || tr[0].Reason != breakerconfig.ReasonForced {
 			t.Fatalf("transitions = %+v", tr)
 		}
 		clock.Advance(time.Hour)
 		err := do(t, b, nil)
-		if oe, ok := errors.AsType[*OpenError](err); !ok || oe.Reason != observe.RejectForcedOpen {
+		if oe, ok := errors.AsType[*openError](err); !ok || oe.reason != rejectForcedOpen {
 			t.Fatalf("got %v", err)
 		}
 		wantState(t, b, Open)
@@ -110,7 +111,7 @@ func TestModes(t *testing.T) {
 		clock.Advance(20 * time.Second)
 		b.Trip() // restarts the open period, and is no transition
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].From != Closed || tr[0].To != Open || tr[0].Cause != observe.CauseTrip || tr[0].Period != 1 {
+		if len(tr) != 1 || tr[0].From != Closed || tr[0].To != Open || tr[0].Reason != breakerconfig.ReasonManual || tr[0].Period != 1 {
 			t.Fatalf("transitions = %+v", tr)
 		}
 		if v := b.Verdict(); !v.Since.Equal(clock.Now()) || v.ConsecutiveOpens != 1 || v.OpenTimeout != 30*time.Second {

@@ -5,27 +5,16 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Clock tells the time. Tests inject a fake one with [WithClock].
 type Clock interface{ Now() time.Time }
 
-// monotonicClock is a Clock that also reads a monotonic clock, one that a step of the wall
-// clock does not move: a Clock with a Monotonic method (see WithClock).
-type monotonicClock interface {
-	Clock
-	Monotonic() time.Duration
-}
-
-// Option configures a breaker at [New].
-type Option func(*options)
-
-type options struct {
-	clock     Clock
-	isFailure func(error) bool
-	observers []observe.Observer
-}
+// Option configures a breaker at [New]; package registry hands its options to every
+// breaker it creates.
+type Option func(*core.Options)
 
 // WithClock makes the breaker read time from c on every call instead of from the shared
 // coarse clock; tests use it to move time by hand. Every reading goes through c, so a slow
@@ -39,21 +28,21 @@ type options struct {
 // has Monotonic, and a wall clock a test can step alone.
 //
 // [breakertest.Clock]: https://pkg.go.dev/github.com/fusebox-dev/fusebox/pkg/breaker/breakertest#Clock
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+func WithClock(c Clock) Option { return func(o *core.Options) { o.Clock = c } }
 
 // WithClassifier decides which non-nil errors count as failures; an error it does not count
 // is a success (a 4xx answer proves the dependency is up), except context.Canceled, which is
 // then neither. nil restores the default: every error but context.Canceled is a failure.
 func WithClassifier(isFailure func(error) bool) Option {
-	return func(o *options) { o.isFailure = isFailure }
+	return func(o *core.Options) { o.IsFailure = isFailure }
 }
 
 // WithObserver adds an observer; it may be given several times. An observer that also
-// implements [observe.CallObserver] sees every call.
+// implements [observe.CallObserver] sees every call, fallback and retry.
 func WithObserver(obs observe.Observer) Option {
-	return func(o *options) {
+	return func(o *core.Options) {
 		if obs != nil {
-			o.observers = append(o.observers, obs)
+			o.Observers = append(o.Observers, obs)
 		}
 	}
 }

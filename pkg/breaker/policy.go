@@ -95,6 +95,23 @@ type Policy struct {
 	// throttling probability (docs/semantics.md, "Adaptive throttling"). nil: no
 	// throttling, and the call path pays nothing for it.
 	Throttle *Throttle
+	// MaxInFlight, when set, is this pod's limit on calls in flight through the breaker
+	// (docs/semantics.md, "Concurrency limit"): a call over it waits up to MaxWait for a
+	// slot and is then refused with an error matching ErrConcurrencyLimited, a refusal
+	// that is not a failure and not a short-circuit of the circuit. Under a CircuitBreaker
+	// it is the pod's share of spec.concurrency.maxInFlight, which the operator divides
+	// among the breaker's pods. 0 (the default): no limit, and the call path pays nothing
+	// for it. A limit above 1,048,575 counts as that (a pod's calls in flight are counted
+	// in 20 bits).
+	MaxInFlight int
+	// MaxWait is how long a call over MaxInFlight waits for a slot before it is refused;
+	// 0 (the default) refuses it at once. Used only with MaxInFlight.
+	MaxWait time.Duration
+	// Adaptive, when set, lowers the limit below MaxInFlight while the dependency answers
+	// slower than its baseline, and raises it back while it does not (docs/semantics.md,
+	// "Adaptive concurrency"): never above MaxInFlight, never below Adaptive.MinLimit.
+	// Used only with MaxInFlight; nil: the limit is MaxInFlight.
+	Adaptive *AdaptiveConcurrency
 }
 
 // RetryBudget bounds retries over the window (docs/design.md §5.15): at most Percent% of
@@ -113,6 +130,28 @@ type Throttle struct {
 	// rejecting locally: at least 1 (2 is the usual choice).
 	K float64
 }
+
+// AdaptiveConcurrency is a gradient limiter under Policy.MaxInFlight (docs/design.md
+// §5.18): about once a second it multiplies the limit by Tolerance × baseline / recent
+// latency, kept between 0.5 and 1, and adds a small allowance, so that the limit falls
+// while the dependency answers more than Tolerance times slower than its baseline and
+// climbs back while it does not. The baseline never exceeds the fleet's
+// ([Fleet].Baseline), which keeps it from drifting up during a long incident.
+type AdaptiveConcurrency struct {
+	// Tolerance is how many times its baseline latency the dependency may take before
+	// the limit is cut: at least 1; 0 means 1.5. (The CircuitBreaker resource allows up
+	// to 5.)
+	Tolerance float64
+	// MinLimit is the lowest the limit is cut to: at least 1; 0 means 1. MaxInFlight
+	// wins over it when it is smaller.
+	MinLimit int
+}
+
+// The defaults of AdaptiveConcurrency's zero fields.
+const (
+	defaultTolerance = 1.5
+	defaultMinLimit  = 1
+)
 
 // DefaultPolicy returns the defaults of the PHP library whose semantics Fusebox follows
 // (docs/design.md §5): a 30s open timeout, a 10s window, a 50% failure ratio over at least
@@ -145,7 +184,7 @@ func (p Policy) Validate() error {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{{"openTimeout", p.OpenTimeout}, {"window", p.Window}, {"slowCallDuration", p.SlowCallDuration}, {"maxOpenTimeout", p.MaxOpenTimeout}} {
+	}{{"openTimeout", p.OpenTimeout}, {"window", p.Window}, {"slowCallDuration", p.SlowCallDuration}, {"maxOpenTimeout", p.MaxOpenTimeout}, {"concurrency.maxWait", p.MaxWait}} {
 		if d.v < 0 {
 			errs = append(errs, &fieldError{Field: d.field, Value: d.v.String(), Reason: "must not be negative (0 means the default)"})
 		}
@@ -171,6 +210,7 @@ func (p Policy) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, p.validateBudgetAndThrottle()...)
+	errs = append(errs, p.validateConcurrency()...)
 	if d := p.withDefaults(); p.MaxOpenTimeout > 0 && d.OpenTimeout > 0 && p.MaxOpenTimeout < d.OpenTimeout {
 		errs = append(errs, &fieldError{Field: "maxOpenTimeout", Value: p.MaxOpenTimeout.String(), Reason: "must be at least openTimeout (" + d.OpenTimeout.String() + ")"})
 	}
@@ -212,7 +252,16 @@ func (p Policy) withDefaults() Policy {
 	if p.SlowCallRatio == 0 {
 		p.SlowCallRatio = d.SlowCallRatio
 	}
-	return p.clone()
+	p = p.clone()
+	if a := p.Adaptive; a != nil {
+		if a.Tolerance == 0 {
+			a.Tolerance = defaultTolerance
+		}
+		if a.MinLimit == 0 {
+			a.MinLimit = defaultMinLimit
+		}
+	}
+	return p
 }
 
 // openPeriod is how long the k-th consecutive open period lasts (§5.13): OpenTimeout, or

@@ -14,27 +14,27 @@ import (
 // Percent% of its first attempts plus its share of the fleet's floor, MinPerSecond × window
 // / pods. AllowRetry takes one retry from it; Retry is the loop most callers want.
 
-// RetryAfterError is an error that says how long its source asked to be left alone: an
-// HTTP 429 or 503 with Retry-After, for example (httpbreaker's errors are). [Retry] waits
-// that long before the next attempt instead of its own backoff.
-type RetryAfterError interface {
+// retryAfterer is an error that says how long its source asked to be left alone: an HTTP
+// 429 or 503 with Retry-After, for example (httpbreaker's StatusError). Retry waits that
+// long before the next attempt instead of its own backoff.
+type retryAfterer interface {
 	error
 	RetryAfter() time.Duration
 }
 
-// RetryBudgetError is the error of a retry the budget refused: errors.Is matches both
-// [ErrRetryBudget] and the last attempt's error, Last.
-type RetryBudgetError struct {
-	Breaker string
-	Last    error
+// retryBudgetError is the error of a retry the budget refused: errors.Is matches both
+// ErrRetryBudget and the last attempt's error.
+type retryBudgetError struct {
+	breaker string
+	last    error
 }
 
-func (e *RetryBudgetError) Error() string {
-	return "breaker " + quote(e.Breaker) + ": retry budget spent; last attempt: " + e.Last.Error()
+func (e *retryBudgetError) Error() string {
+	return "breaker " + quote(e.breaker) + ": retry budget spent; last attempt: " + e.last.Error()
 }
 
 // Unwrap returns ErrRetryBudget and the last attempt's error.
-func (e *RetryBudgetError) Unwrap() []error { return []error{ErrRetryBudget, e.Last} }
+func (e *retryBudgetError) Unwrap() []error { return []error{ErrRetryBudget, e.last} }
 
 // AllowRetry takes one retry from the budget (§5.15): false when the budget is spent, or
 // while the circuit refuses calls (open under Enforce, or ForcedOpen). With no RetryBudget,
@@ -85,68 +85,55 @@ func (b *Breaker) retryFloorShare(p *period, span int64) float64 {
 }
 
 func (b *Breaker) notifyRetry(allowed bool) {
-	for _, ro := range b.retryObs {
-		ro.OnRetry(b.name, allowed)
+	for _, co := range b.callObs {
+		co.OnRetry(b.name, allowed)
 	}
 }
-
-// Jitter is how Retry spreads its waits.
-type Jitter uint8
-
-const (
-	// FullJitter waits a uniformly random time between 0 and the backoff.
-	FullJitter Jitter = iota
-	// EqualJitter waits half the backoff plus a uniformly random time up to the other half.
-	EqualJitter
-)
 
 // RetryOption configures [Retry].
 type RetryOption func(*retryOptions)
 
 type retryOptions struct {
-	base, cap     time.Duration
-	jitter        Jitter
-	maxRetryAfter time.Duration
+	base, cap time.Duration
 }
 
-// WithBackoff sets Retry's exponential backoff: the n-th retry waits up to min(base ×
-// 2^(n-1), ceiling), jittered (FullJitter unless WithJitter says otherwise). The default is a
-// 50ms base and a 2s cap; WithBackoff(0, 0) retries at once.
+// maxRetryAfter bounds the Retry-After Retry honours: an error that asks for a longer wait
+// ends the retries, returned as it is, since the caller is better told now than after a
+// wait it did not plan for.
+const maxRetryAfter = 30 * time.Second
+
+// WithBackoff sets Retry's exponential backoff: the n-th retry waits a uniformly random
+// time up to min(base × 2^(n-1), ceiling) ("full jitter", which spreads a fleet's retries
+// best). The default is a 50ms base and a 2s cap; WithBackoff(0, 0) retries at once.
 func WithBackoff(base, ceiling time.Duration) RetryOption {
 	return func(o *retryOptions) { o.base, o.cap = base, ceiling }
 }
 
-// WithJitter sets how Retry spreads its waits; the default is FullJitter.
-func WithJitter(j Jitter) RetryOption { return func(o *retryOptions) { o.jitter = j } }
-
-// WithMaxRetryAfter bounds the Retry-After Retry honours (default 30s): an error that asks
-// for a longer wait ends the retries, returned as it is, since the caller is better told now
-// than after a wait it did not plan for.
-func WithMaxRetryAfter(d time.Duration) RetryOption {
-	return func(o *retryOptions) { o.maxRetryAfter = d }
-}
-
 // Retry runs fn through b up to attempts times (at least once), retrying a failure (as b's
 // classifier judges it) while the retry budget allows, after a jittered exponential backoff,
-// or the wait an error asks for ([RetryAfterError]). It returns nil on a success; otherwise
+// or the wait an error asks for: one with a method RetryAfter() time.Duration, as
+// httpbreaker's StatusError has for a Retry-After header (a wait over 30s ends the retries,
+// the error returned as it is). It returns nil on a success; otherwise
 // the last attempt's error as it is when it is not a failure (a 4xx, context.Canceled),
-// when attempts are used up, or when the circuit refused the call (ErrOpen, ErrThrottled:
-// nothing is retried while open); a [*RetryBudgetError] when the budget refused the retry;
+// when attempts are used up, or when the breaker refused the call (ErrOpen, ErrThrottled:
+// nothing is retried while open; ErrConcurrencyLimited: a retry would only add to the calls
+// in flight the limit is there to bound); an error matching both ErrRetryBudget and the last
+// attempt's when the budget refused the retry;
 // and when ctx ends during a wait, an error matching both ctx.Err() and the last attempt's.
 // Each retry is a call like any other: admitted, counted and judged by b.
 func Retry(ctx context.Context, b *Breaker, attempts int, fn func(context.Context) error, opts ...RetryOption) error {
-	o := retryOptions{base: 50 * time.Millisecond, cap: 2 * time.Second, maxRetryAfter: 30 * time.Second}
+	o := retryOptions{base: 50 * time.Millisecond, cap: 2 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	for n := 1; ; n++ {
 		err := b.Execute(ctx, fn)
-		if err == nil || n >= attempts || errors.Is(err, ErrOpen) || b.classify(err, false) != observe.OutcomeFailure {
+		if err == nil || n >= attempts || errors.Is(err, ErrOpen) || errors.Is(err, ErrConcurrencyLimited) || b.classify(err, false) != observe.OutcomeFailure {
 			return err
 		}
 		wait := o.backoff(n)
-		if ra, ok := errors.AsType[RetryAfterError](err); ok && ra.RetryAfter() > 0 {
-			if ra.RetryAfter() > o.maxRetryAfter {
+		if ra, ok := errors.AsType[retryAfterer](err); ok && ra.RetryAfter() > 0 {
+			if ra.RetryAfter() > maxRetryAfter {
 				return err
 			}
 			wait = ra.RetryAfter()
@@ -155,7 +142,7 @@ func Retry(ctx context.Context, b *Breaker, attempts int, fn func(context.Contex
 		if ok, refusal := b.takeRetry(); refusal != nil {
 			return refusal
 		} else if !ok {
-			return &RetryBudgetError{Breaker: b.name, Last: err}
+			return &retryBudgetError{breaker: b.name, last: err}
 		}
 		if err := sleep(ctx, wait, err); err != nil {
 			return err
@@ -177,11 +164,7 @@ func (o *retryOptions) backoff(n int) time.Duration {
 		}
 		d *= 2
 	}
-	d = min(d, limit)
-	if o.jitter == EqualJitter {
-		return d/2 + rand.N(d-d/2+1)
-	}
-	return rand.N(d + 1)
+	return rand.N(min(d, limit) + 1)
 }
 
 // sleep waits d, or until ctx ends, when it returns an error matching both ctx.Err() and

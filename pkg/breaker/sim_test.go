@@ -25,6 +25,7 @@ import (
 // floor, and the fleet's retries stay ≤ 20% of first attempts + 10/s; left at pods = 1 (the
 // per-pod floor of other retry budgets) the same fleet retries about 2,000/s.
 func TestSimulateFleetRetryBudget(t *testing.T) {
+	t.Parallel()
 	const pods, rate, seconds = 200, 5, 120
 	run := func(fleetKnown bool) (first, retries int64) {
 		clk := newFakeClock()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
@@ -61,7 +62,7 @@ func TestSlowCallsOpenTheCircuit(t *testing.T) {
 			t.Fatalf("observed=%v: state %v after 2 slow calls of 4, want open", observed, b.State())
 		}
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].Trigger != observe.TriggerSlowCallRate || tr[0].Cause != observe.CauseCalls || tr[0].Counts != (Counts{Calls: 4, Slow: 2}) {
+		if len(tr) != 1 || tr[0].Trigger != breakerconfig.TriggerSlowCallRate || tr[0].Reason != breakerconfig.ReasonTripped || tr[0].Counts != (Counts{Calls: 4, Slow: 2}) {
 			t.Fatalf("observed=%v: transitions %+v, want one to open on the slow-call rate with 2 slow of 4", observed, tr)
 		}
 		if got := b.Counts(); got != (Counts{Calls: 4, Slow: 2}) {
@@ -135,7 +136,7 @@ func TestSlowCallJudging(t *testing.T) {
 			_ = b.Execute(ctx, takes(clock, 2*time.Second, nil))
 		}
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].To != Open || tr[0].Trigger != observe.TriggerSlowCallRate {
+		if len(tr) != 1 || tr[0].To != Open || tr[0].Trigger != breakerconfig.TriggerSlowCallRate {
 			t.Fatalf("transitions %+v, want one slow-call trip", tr)
 		}
 		ran := false
@@ -191,7 +192,7 @@ func TestSlowProbeReopens(t *testing.T) {
 	}
 	tr := rec.takeTransitions()
 	last := tr[len(tr)-1]
-	if b.State() != Open || last.Trigger != observe.TriggerSlowProbe || last.From != HalfOpen || last.Counts != (Counts{Calls: 2, Successes: 1, Slow: 1}) {
+	if b.State() != Open || last.Trigger != breakerconfig.TriggerSlowProbe || last.From != HalfOpen || last.Counts != (Counts{Calls: 2, Successes: 1, Slow: 1}) {
 		t.Fatalf("state %v, last transition %+v: want a slow probe to re-open", b.State(), last)
 	}
 }

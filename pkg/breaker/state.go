@@ -3,6 +3,8 @@ package breaker
 import (
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -31,14 +33,14 @@ func (b *Breaker) record(now int64, o observe.Outcome, slow bool, err error, pen
 		if b.policy.Mode == ModeForcedClosed {
 			return o
 		}
-		// Failures are judged after a failure (the seed's rule), slow calls after any
+		// Failures are judged after a failure (utopia-php/circuit-breaker's rule), slow calls after any
 		// call: a fast success can bring the window to MinimumThroughput calls.
 		c := b.windowCounts()
 		switch {
 		case o == observe.OutcomeFailure && c.Calls >= int64(b.policy.MinimumThroughput) && float64(c.Failures)/float64(c.Calls) >= b.policy.FailureRatio:
-			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerFailureRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
+			b.transition(move{to: Open, reason: breakerconfig.ReasonTripped, trigger: breakerconfig.TriggerFailureRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
 		case b.slowTrips(c):
-			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerSlowCallRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
+			b.transition(move{to: Open, reason: breakerconfig.ReasonTripped, trigger: breakerconfig.TriggerSlowCallRate, counts: c, err: err, at: b.exactInstant()}, now, pend)
 		default:
 			b.guardSlow(c)
 		}
@@ -52,16 +54,16 @@ func (b *Breaker) record(now int64, o observe.Outcome, slow bool, err error, pen
 		switch {
 		case o == observe.OutcomeFailure:
 			c := Counts{Calls: b.probeCalls + 1, Failures: 1, Successes: b.probeSuccesses, Slow: b2i(slow)}
-			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerFailedProbe, counts: c, err: err, at: b.exactInstant()}, now, pend)
+			b.transition(move{to: Open, reason: breakerconfig.ReasonProbeFailed, trigger: breakerconfig.TriggerFailedProbe, counts: c, err: err, at: b.exactInstant()}, now, pend)
 		case o == observe.OutcomeSuccess && slow:
 			// A slow probe is a failed probe: the dependency answers, too late.
 			c := Counts{Calls: b.probeCalls + 1, Successes: b.probeSuccesses, Slow: 1}
-			b.transition(move{to: Open, cause: observe.CauseCalls, trigger: observe.TriggerSlowProbe, counts: c, at: b.exactInstant()}, now, pend)
+			b.transition(move{to: Open, reason: breakerconfig.ReasonProbeFailed, trigger: breakerconfig.TriggerSlowProbe, counts: c, at: b.exactInstant()}, now, pend)
 		case o == observe.OutcomeSuccess:
 			b.probeCalls++
 			b.probeSuccesses++
 			if b.probeSuccesses >= int64(b.policy.SuccessThreshold) {
-				b.transition(move{to: Closed, cause: observe.CauseCalls, counts: b.probeCounts(), at: b.exactInstant()}, now, pend)
+				b.transition(move{to: Closed, reason: breakerconfig.ReasonProbesSucceeded, counts: b.probeCounts(), at: b.exactInstant()}, now, pend)
 			}
 		}
 	}
@@ -114,12 +116,12 @@ func (b *Breaker) counts(now int64) Counts {
 // move is one transition to make.
 type move struct {
 	to      State
-	cause   observe.TransitionCause
-	trigger observe.Trigger
+	reason  string // breakerconfig.Reason*: Transition.Reason
+	trigger string // breakerconfig.Trigger*: Transition.Trigger
 	counts  Counts // the counts behind it (Transition.Counts)
 	err     error
 	// at is when the state is reached (for an adopted verdict, its Since).
-	at instant
+	at core.Instant
 	// For a move to Open: the open period entered, as a verdict carried it (Adopt); 0
 	// means the next consecutive open period under the policy (§5.13).
 	opens   int
@@ -132,12 +134,12 @@ func (b *Breaker) transition(m move, now int64, pend *pending) {
 	from := b.state
 	b.gen++
 	b.state = m.to
-	b.since, b.sinceMono = m.at.wall, m.at.mono
+	b.since, b.sinceMono = m.at.Wall, m.at.Mono
 	b.changed = true
 	switch m.to {
 	case Open:
 		b.openTally = Counts{Calls: m.counts.Calls, Failures: m.counts.Failures, Slow: m.counts.Slow}
-		b.openedAt = m.at.wall
+		b.openedAt = m.at.Wall
 		b.opens, b.openFor = b.opens+1, 0
 		if m.opens > 0 {
 			b.opens = m.opens
@@ -159,7 +161,7 @@ func (b *Breaker) transition(m move, now int64, pend *pending) {
 	b.resetWindow(now)
 	b.resetTally(now)
 	b.publish()
-	t := observe.Transition{Breaker: b.name, From: from, To: m.to, At: time.Unix(0, m.at.wall), Counts: m.counts, Err: m.err, Cause: m.cause, Trigger: m.trigger, Period: b.gen}
+	t := observe.Transition{Breaker: b.name, From: from, To: m.to, At: time.Unix(0, m.at.Wall), Counts: m.counts, Err: m.err, Reason: m.reason, Trigger: m.trigger, Period: b.gen}
 	if m.to != Closed {
 		t.ConsecutiveOpens, t.OpenTimeout = b.opens, b.openFor
 	}
@@ -168,20 +170,20 @@ func (b *Breaker) transition(m move, now int64, pend *pending) {
 
 // openNow opens the circuit for Trip, a forced mode or Adopt, keeping the tally that
 // opened it. Caller holds mu.
-func (b *Breaker) openNow(cause observe.TransitionCause, at instant, now int64, pend *pending) {
-	b.transition(move{to: Open, cause: cause, counts: b.counts(now), at: at}, now, pend)
+func (b *Breaker) openNow(reason string, at core.Instant, now int64, pend *pending) {
+	b.transition(move{to: Open, reason: reason, counts: b.counts(now), at: at}, now, pend)
 }
 
 // restartOpen starts the open period again at at, keeping its length and the tally that
 // opened it: Trip on an open circuit. It is not a transition, so the state period (and with
 // it the staleness of calls in flight) stays the same. Caller holds mu.
-func (b *Breaker) restartOpen(at instant) {
-	b.since, b.sinceMono, b.openedAt = at.wall, at.mono, at.wall
+func (b *Breaker) restartOpen(at core.Instant) {
+	b.since, b.sinceMono, b.openedAt = at.Wall, at.Mono, at.Wall
 	b.publish()
 }
 
 // openUntil is when, on the monotonic timeline, the open period ends. Caller holds mu.
-func (b *Breaker) openUntil() int64 { return addSat(b.sinceMono, int64(b.openFor)) }
+func (b *Breaker) openUntil() int64 { return core.AddSat(b.sinceMono, int64(b.openFor)) }
 
 // advance applies the moves that time alone makes, lazily, when a call or a reader next
 // looks (caller holds mu). Each is dated when time made it, however late it is noticed:
@@ -196,17 +198,17 @@ func (b *Breaker) openUntil() int64 { return addSat(b.sinceMono, int64(b.openFor
 //     leaked, a body nobody closed) would otherwise hold its slot for ever, and with every
 //     slot held the circuit would refuse every call for good. Re-opening starts a new open
 //     period, so the next probes come after the usual wait, and the late done is stale. The
-//     transition's cause is CauseTimeout: like open → half-open it is the clock's doing,
+//     transition's reason is TimedOut: like open → half-open it is the clock's doing,
 //     not a judgement of calls, so a fleet does not count it as an earned Open.
 func (b *Breaker) advance(now int64, pend *pending) {
 	switch b.state {
 	case Open:
 		if end := b.openUntil(); b.policy.Mode != ModeForcedOpen && now >= end {
-			b.transition(move{to: HalfOpen, cause: observe.CauseTimeout, counts: b.openTally, at: b.exactInstant().at(end)}, now, pend)
+			b.transition(move{to: HalfOpen, reason: breakerconfig.ReasonTimedOut, counts: b.openTally, at: b.exactInstant().At(end)}, now, pend)
 		}
 	case HalfOpen:
-		if end := addSat(b.lastProbeAt, int64(b.policy.OpenTimeout)); b.awaitingProbe && now >= end {
-			b.transition(move{to: Open, cause: observe.CauseTimeout, counts: b.probeCounts(), at: b.exactInstant().at(end)}, now, pend)
+		if end := core.AddSat(b.lastProbeAt, int64(b.policy.OpenTimeout)); b.awaitingProbe && now >= end {
+			b.transition(move{to: Open, reason: breakerconfig.ReasonTimedOut, counts: b.probeCounts(), at: b.exactInstant().At(end)}, now, pend)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -34,12 +35,13 @@ type countingObserver struct {
 }
 
 func (c *countingObserver) OnTransition(t observe.Transition) {
-	if t.From == HalfOpen && t.To == Open && t.Cause == observe.CauseTimeout {
+	if t.From == HalfOpen && t.To == Open && t.Reason == breakerconfig.ReasonTimedOut {
 		c.leakReopens.Add(1)
 	}
 }
-func (c *countingObserver) OnCallStart(string, State)                        { c.starts.Add(1) }
-func (c *countingObserver) OnFallback(string, observe.FallbackReason, error) {}
+func (c *countingObserver) OnCallStart(string, State)    { c.starts.Add(1) }
+func (c *countingObserver) OnFallback(observe.CallEvent) {}
+func (c *countingObserver) OnRetry(string, bool)         {}
 func (c *countingObserver) OnCallEnd(e observe.CallEvent) {
 	switch e.Outcome {
 	case observe.OutcomeRejected:
@@ -131,7 +133,7 @@ func stress(t *testing.T, observed bool) {
 			for range iterations {
 				switch r.IntN(6) {
 				case 0, 1, 2: // the internal two-step form, to see which period a probe belongs to
-					tk, err := b.admit()
+					tk, err := b.admit(context.Background())
 					if err != nil {
 						if !errors.Is(err, ErrOpen) {
 							t.Errorf("refusal %v does not match ErrOpen", err)

@@ -1,6 +1,10 @@
 package breaker
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
+)
 
 // The tally is what the retry budget (§5.15) and adaptive throttling (§5.16) count beside the
 // failure window: retries and throttled calls, over the same two epoch-aligned buckets of
@@ -44,7 +48,7 @@ func newTally(width, now int64) *tally {
 
 func (t *tally) newBucket(idx int64) *tallyBucket {
 	bk := &tallyBucket{idx: idx, start: mulSat(idx, t.width)}
-	bk.end = addSat(bk.start, t.width)
+	bk.end = core.AddSat(bk.start, t.width)
 	return bk
 }
 

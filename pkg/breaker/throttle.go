@@ -1,6 +1,9 @@
 package breaker
 
-import "math/rand/v2"
+import (
+	"context"
+	"math/rand/v2"
+)
 
 // Adaptive throttling (docs/design.md §5.16): a closed breaker rejects a call locally with
 // probability max(0, (requests − k × accepts) / (requests + 1)) over the window, so that a
@@ -81,10 +84,14 @@ func (b *Breaker) updateTally(now int64, widthChanged bool) {
 	}
 }
 
-// admitTallied is admit's closed path with a retry budget or throttling configured.
-func (b *Breaker) admitTallied(p *period) (ticket, error) {
+// admitTallied is admit's closed path with a retry budget or throttling configured: a
+// throttled call takes no slot of the concurrency limit.
+func (b *Breaker) admitTallied(ctx context.Context, p *period) (ticket, error) {
 	if p.throttleK != 0 && b.throttled(p, b.now()) {
 		return ticket{}, b.errThrottled
+	}
+	if p.lim != nil {
+		return b.slotFor(ctx, p)
 	}
 	return ticket{p: p, recorded: true}, nil
 }

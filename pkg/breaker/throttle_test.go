@@ -25,6 +25,7 @@ func referenceProbability(requests, accepts int64, k float64) float64 {
 }
 
 func TestThrottleProbabilityMatchesReference(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(22, 16))
 	for i := range 200000 {
 		// Counts from a handful to what a report's schema allows, accepts up to requests
@@ -89,8 +90,8 @@ func TestThrottleRejectsClosedCalls(t *testing.T) {
 		if ran || !errors.Is(err, ErrOpen) || !errors.Is(err, ErrThrottled) {
 			t.Fatalf("observed=%v: ran=%v err=%v, want a throttled refusal", observed, ran, err)
 		}
-		if oe, _ := errors.AsType[*OpenError](err); oe.Reason != observe.RejectThrottled {
-			t.Fatalf("reason %v", oe.Reason)
+		if oe, _ := errors.AsType[*openError](err); oe.reason != rejectThrottled {
+			t.Fatalf("reason %v", oe.reason)
 		}
 		if c := b.Counts(); c.Calls != 6 || c.Failures != 5 {
 			t.Fatalf("a throttled call was recorded: %+v", c)
@@ -107,7 +108,7 @@ func TestThrottleRejectsClosedCalls(t *testing.T) {
 		if observed {
 			var rejected int
 			for _, e := range rec.ends {
-				if e.Outcome == observe.OutcomeRejected && e.Reason == observe.RejectThrottled {
+				if e.Outcome == observe.OutcomeRejected && errors.Is(e.Err, ErrThrottled) {
 					rejected++
 				}
 			}
@@ -210,10 +211,12 @@ func TestSetFleetKeepsAcceptsWithinRequests(t *testing.T) {
 		{Fleet{Pods: 3, Requests: 100, Accepts: 1_000_000}, Fleet{Pods: 3, Requests: 100, Accepts: 100}},
 		{Fleet{Pods: -1, Requests: -5, Accepts: 7}, Fleet{}},
 		{Fleet{Pods: 2, Requests: 100, Accepts: 25}, Fleet{Pods: 2, Requests: 100, Accepts: 25}},
+		{Fleet{Pods: 2, Baseline: -time.Second}, Fleet{Pods: 2}},
+		{Fleet{Pods: 2, Baseline: 40 * time.Millisecond}, Fleet{Pods: 2, Baseline: 40 * time.Millisecond}},
 	} {
 		b.SetFleet(tc.in)
-		if got, ok := b.Fleet(); !ok || got != tc.want {
-			t.Errorf("SetFleet(%+v): Fleet() = %+v, want %+v", tc.in, got, tc.want)
+		if got := b.Traffic().Fleet; got != tc.want {
+			t.Errorf("SetFleet(%+v): Traffic().Fleet = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // TestTripIsIdempotent: Trip on an open circuit restarts its open period but is not a
@@ -19,7 +19,7 @@ func TestTripIsIdempotent(t *testing.T) {
 	clock.Advance(10 * time.Second)
 	b.Trip()
 	tr := rec.takeTransitions()
-	if len(tr) != 1 || tr[0].From != Closed || tr[0].To != Open || tr[0].Cause != observe.CauseTrip {
+	if len(tr) != 1 || tr[0].From != Closed || tr[0].To != Open || tr[0].Reason != breakerconfig.ReasonManual {
 		t.Fatalf("three Trips made transitions %+v, want one closed → open", tr)
 	}
 	// The open period runs from the last Trip, with its length unchanged: a restart does
@@ -41,7 +41,7 @@ func TestTripIsIdempotent(t *testing.T) {
 
 	// Half-open, Trip is a transition again: it re-opens.
 	b.Trip()
-	if tr := rec.takeTransitions(); len(tr) != 1 || tr[0].From != HalfOpen || tr[0].To != Open || tr[0].Cause != observe.CauseTrip {
+	if tr := rec.takeTransitions(); len(tr) != 1 || tr[0].From != HalfOpen || tr[0].To != Open || tr[0].Reason != breakerconfig.ReasonManual {
 		t.Fatalf("Trip while half-open made %+v, want half-open → open", tr)
 	}
 }
@@ -54,7 +54,7 @@ func TestTripAfterTheOpenPeriodEnded(t *testing.T) {
 	clock.Advance(time.Minute)
 	b.Trip()
 	tr := rec.takeTransitions()
-	if len(tr) != 3 || tr[1].To != HalfOpen || tr[1].Cause != observe.CauseTimeout || tr[2].From != HalfOpen || tr[2].To != Open {
+	if len(tr) != 3 || tr[1].To != HalfOpen || tr[1].Reason != breakerconfig.ReasonTimedOut || tr[2].From != HalfOpen || tr[2].To != Open {
 		t.Fatalf("transitions %+v, want closed → open → half-open → open", tr)
 	}
 }

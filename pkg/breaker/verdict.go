@@ -3,7 +3,7 @@ package breaker
 import (
 	"time"
 
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
 // Verdict is what processes share about a breaker: its state and when that was reached,
@@ -62,7 +62,7 @@ func (b *Breaker) Verdict() Verdict {
 // undo a newer local decision: a circuit that went half-open or closed by itself is not
 // sent back to an open period that already ended. Under ModeForcedOpen or ModeForcedClosed the mode wins and
 // Adopt does nothing. An identical verdict is a no-op. A transition Adopt causes is
-// delivered to observers with Cause CauseAdopted, so that stores do not echo it back. A zero
+// delivered to observers with Reason breakerconfig.ReasonAdopted, so that stores do not echo it back. A zero
 // v.Since means now, and so does a v.Since later than this process's now (§5.12): a clock
 // that runs ahead elsewhere must not hold this circuit open past OpenTimeout. Such a
 // verdict never re-times an open period already running, or every repeated delivery would
@@ -93,19 +93,19 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 	since := b.exactInstant()
 	future := false
 	if !v.Since.IsZero() {
-		if w := v.Since.UnixNano(); w <= since.wall {
-			since = since.back(w)
+		if w := v.Since.UnixNano(); w <= since.Wall {
+			since = since.Back(w)
 		} else {
 			future = true
 		}
 	}
-	stale := b.changed && since.wall < b.since
+	stale := b.changed && since.Wall < b.since
 	switch v.State {
 	case Open:
 		if b.state == Open {
-			retime := !future && since.wall != b.since
+			retime := !future && since.Wall != b.since
 			if retime {
-				b.since, b.sinceMono, b.openedAt = since.wall, since.mono, since.wall
+				b.since, b.sinceMono, b.openedAt = since.Wall, since.Mono, since.Wall
 			}
 			// The verdict's open period is the one every process keeps (§5.13).
 			if v.ConsecutiveOpens > 0 && v.ConsecutiveOpens != b.opens {
@@ -122,21 +122,21 @@ func (b *Breaker) adopt(v Verdict, pend *pending) bool {
 		if stale {
 			return false
 		}
-		b.transition(move{to: Open, cause: observe.CauseAdopted, counts: b.counts(now), at: since, opens: v.ConsecutiveOpens, openFor: v.OpenTimeout}, now, pend)
+		b.transition(move{to: Open, reason: breakerconfig.ReasonAdopted, counts: b.counts(now), at: since, opens: v.ConsecutiveOpens, openFor: v.OpenTimeout}, now, pend)
 	case HalfOpen:
 		if b.state != Open || stale {
 			return false
 		}
-		b.transition(move{to: HalfOpen, cause: observe.CauseAdopted, counts: b.openTally, at: since}, now, pend)
+		b.transition(move{to: HalfOpen, reason: breakerconfig.ReasonAdopted, counts: b.openTally, at: since}, now, pend)
 	case Closed:
 		// A closed verdict ends every open period that started before it. It is
 		// judged against when this circuit opened, not when it went half-open:
 		// a pod whose own timeout moved it to half-open after the fleet closed
 		// would otherwise wait for traffic to learn what the fleet knows.
-		if b.state == Closed || b.changed && since.wall < b.openedAt {
+		if b.state == Closed || b.changed && since.Wall < b.openedAt {
 			return false
 		}
-		b.transition(move{to: Closed, cause: observe.CauseAdopted, counts: b.counts(now), at: since}, now, pend)
+		b.transition(move{to: Closed, reason: breakerconfig.ReasonAdopted, counts: b.counts(now), at: since}, now, pend)
 	default:
 		return false
 	}

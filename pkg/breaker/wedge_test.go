@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -16,10 +17,10 @@ import (
 // TestLeakedProbe: a half-open period in which no probe outcome arrives for OpenTimeout
 // after the last admission re-opens the circuit (docs/design.md §5.3).
 func TestLeakedProbe(t *testing.T) {
-	wantRefused := func(t *testing.T, b *Breaker, reason observe.RejectReason) {
+	wantRefused := func(t *testing.T, b *Breaker, reason rejectReason) {
 		t.Helper()
 		_, err := b.Allow()
-		if oe, ok := errors.AsType[*OpenError](err); !ok || oe.Reason != reason {
+		if oe, ok := errors.AsType[*openError](err); !ok || oe.reason != reason {
 			t.Fatalf("Allow: %v, want a refusal for %v", err, reason)
 		}
 	}
@@ -33,12 +34,12 @@ func TestLeakedProbe(t *testing.T) {
 		}
 		rec.takeTransitions()
 		clock.Advance(30*time.Second - 1)
-		wantRefused(t, b, observe.RejectHalfOpenSaturated) // the slot is still held
+		wantRefused(t, b, rejectHalfOpenSaturated) // the slot is still held
 		wantState(t, b, HalfOpen)
 		clock.Advance(1)
-		wantRefused(t, b, observe.RejectOpen)
+		wantRefused(t, b, rejectOpen)
 		tr := rec.takeTransitions()
-		if len(tr) != 1 || tr[0].From != HalfOpen || tr[0].To != Open || tr[0].Cause != observe.CauseTimeout || tr[0].Err != nil || tr[0].Counts != (Counts{}) {
+		if len(tr) != 1 || tr[0].From != HalfOpen || tr[0].To != Open || tr[0].Reason != breakerconfig.ReasonTimedOut || tr[0].Err != nil || tr[0].Counts != (Counts{}) {
 			t.Fatalf("transitions = %+v", tr)
 		}
 		reopened := clock.Now()
@@ -79,7 +80,7 @@ func TestLeakedProbe(t *testing.T) {
 		rec.takeTransitions()
 		slow(nil)
 		wantCounts(t, b, Counts{})
-		if tr := rec.takeTransitions(); len(tr) != 1 || tr[0].To != Open || tr[0].Cause != observe.CauseTimeout {
+		if tr := rec.takeTransitions(); len(tr) != 1 || tr[0].To != Open || tr[0].Reason != breakerconfig.ReasonTimedOut {
 			t.Fatalf("transitions = %+v", tr)
 		}
 	})
@@ -144,9 +145,9 @@ func TestLeakedProbe(t *testing.T) {
 		ok, _ := b.Allow()
 		ok(nil)
 		second, _ := b.Allow() // leaks, as first does: both slots held
-		wantRefused(t, b, observe.RejectHalfOpenSaturated)
+		wantRefused(t, b, rejectHalfOpenSaturated)
 		clock.Advance(30 * time.Second)
-		wantRefused(t, b, observe.RejectOpen)
+		wantRefused(t, b, rejectOpen)
 		first(nil)
 		second(nil)
 		clock.Advance(30 * time.Second)
@@ -227,7 +228,7 @@ func TestLeakedProbe(t *testing.T) {
 		if s, _ := Call(context.Background(), b, cb); s != "fallback" {
 			t.Fatalf("got %q, want the fallback of a re-opened circuit", s)
 		}
-		if f := rec.fallbacks[len(rec.fallbacks)-1]; f != observe.FallbackOpen {
+		if f := rec.fallbacks[len(rec.fallbacks)-1]; f != "open" {
 			t.Fatalf("fallback reason %v", f)
 		}
 		close(release)
@@ -253,7 +254,7 @@ func TestLeakedProbe(t *testing.T) {
 		leaked(nil)
 		wantState(t, b, Open)
 		tr := rec.takeTransitions()
-		if last := tr[len(tr)-1]; last.From != HalfOpen || last.To != Open || last.Cause != observe.CauseTimeout {
+		if last := tr[len(tr)-1]; last.From != HalfOpen || last.To != Open || last.Reason != breakerconfig.ReasonTimedOut {
 			t.Fatalf("transitions = %+v", tr)
 		}
 	})

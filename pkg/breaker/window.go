@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 )
 
 // The rolling window (§5.1): two epoch-aligned buckets, the live one and the one before.
@@ -47,7 +49,7 @@ func (bk *liveBucket) totalsAt(now int64) (calls, failures int64) {
 	switch {
 	case now < bk.end:
 		return bk.calls() + bk.prevCalls, bk.failures.Load() + bk.prevFailures
-	case now < addSat(bk.end, bk.end-bk.start):
+	case now < core.AddSat(bk.end, bk.end-bk.start):
 		return bk.calls(), bk.failures.Load()
 	}
 	return 0, 0
@@ -164,7 +166,7 @@ func (b *Breaker) installBucket(idx, calls int64) {
 	w := int64(b.policy.Window)
 	bk := &liveBucket{gen: b.gen, idx: idx}
 	bk.start = mulSat(idx, w)
-	bk.end = addSat(bk.start, w)
+	bk.end = core.AddSat(bk.start, w)
 	bk.fastEnd.Store(bk.end)
 	bk.stripes[0].calls.Store(calls)
 	bk.failures.Store(b.liveFailures)
@@ -178,27 +180,6 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
-}
-
-func addSat(a, b int64) int64 {
-	if b > 0 && a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	if b < 0 && a < math.MinInt64-b {
-		return math.MinInt64
-	}
-	return a + b
-}
-
-// subSat is a - b, saturated.
-func subSat(a, b int64) int64 {
-	if b == math.MinInt64 {
-		if a >= 0 {
-			return math.MaxInt64
-		}
-		return a - b
-	}
-	return addSat(a, -b)
 }
 
 func mulSat(a, b int64) int64 {

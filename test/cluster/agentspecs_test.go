@@ -111,6 +111,10 @@ func nodeAgentSpecs() {
 		expectNodeReports(ctx, agentNamespace, nodes, perNode, gen, resiliencev1alpha1.StateClosed)
 	}, SpecTimeout(6*time.Minute))
 
+	It("kubectl fusebox pods lists the pods of both nodes through pods/proxy", func(ctx SpecContext) {
+		expectPluginPods(ctx, nodes, perNode)
+	}, SpecTimeout(3*time.Minute))
+
 	It("refuses node 2's NodeBreakerReport to a token bound to node 1's agent pod", func(ctx SpecContext) {
 		own, other := nodes[0].Name, nodes[1].Name
 		agent := agents[own]
@@ -153,38 +157,45 @@ func nodeAgentSpecs() {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: agentServiceAccount}}
 		asAgent := asToken(token(ctx, sa, &agent))
 
-		// The stranger's real line, from its own node's report, said Open on node 1's.
-		theirs, err := nodeReport(ctx, agentNamespace, nodes[1].Name)
-		Expect(err).NotTo(HaveOccurred())
-		line := lineOf(theirs, &stranger)
-		Expect(line).NotTo(BeNil(), "node 2's report has no line of %s", stranger.Name)
-		entry := entryNamed(line.Breakers, exampleBreaker).DeepCopy()
-		entry.State, entry.Reason, entry.Since = resiliencev1alpha1.StateOpen, "Tripped", metav1.NewTime(time.Now().Truncate(time.Second))
-		forgedLine := resiliencev1alpha1.NodePodReport{Name: stranger.Name, UID: stranger.UID, Breakers: []resiliencev1alpha1.BreakerReportEntry{*entry}}
-
-		// Written as the agent writes, an update of the object as read: the agent's own
-		// lines and the forged one (with it, without it), again on a conflict with the
-		// agent's own writes. The lists are atomic: the whole of pods is written.
-		writeLines := func(ctx context.Context, forged bool) error {
+		// A pod of node 2, claimed Open by node 1's report: one pod more than node 1 runs,
+		// the stranger among its notable pods.
+		forge := func(e *resiliencev1alpha1.NodeBreakerEntry) {
+			now := metav1.NewTime(time.Now().Truncate(time.Second))
+			e.Pods, e.Open, e.EarnedOpen = e.Pods+1, e.Open+1, e.EarnedOpen+1
+			e.OpenSince = &metav1.MicroTime{Time: now.Time}
+			e.Notable = append([]resiliencev1alpha1.NotablePod{{Name: stranger.Name, UID: stranger.UID, Reason: "Tripped",
+				PodCircuit: resiliencev1alpha1.PodCircuit{State: resiliencev1alpha1.StateOpen, Since: now}}}, e.Notable...)
+			if len(e.Notable) > resiliencev1alpha1.MaxNotablePods {
+				e.Notable = e.Notable[:resiliencev1alpha1.MaxNotablePods]
+			}
+		}
+		// Written as the agent writes, an update of the object as read, again on a conflict
+		// with the agent's own writes; taken back by the agent's next write, or by hand.
+		var honest []resiliencev1alpha1.NodeBreakerEntry
+		writeForged := func(ctx context.Context, forged bool) error {
 			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				rep, err := nodeReport(ctx, agentNamespace, own)
 				if err != nil {
 					return err
 				}
-				rep.Pods = slices.DeleteFunc(rep.Pods, func(p resiliencev1alpha1.NodePodReport) bool { return p.UID == stranger.UID })
 				if forged {
-					rep.Pods = append(rep.Pods, forgedLine)
+					honest = slices.Clone(rep.Breakers)
+					for i := range rep.Breakers {
+						if rep.Breakers[i].Name == exampleBreaker {
+							forge(&rep.Breakers[i])
+							break
+						}
+					}
+				} else {
+					rep.Breakers = honest
 				}
 				return asAgent.Update(ctx, rep)
 			})
 		}
 		since := time.Now().Add(-time.Second)
-		Expect(writeLines(ctx, true)).To(Succeed(), "node 1's agent token may write node 1's report, whatever pods it names (the operator judges them)")
+		Expect(writeForged(ctx, true)).To(Succeed(), "node 1's agent token may write node 1's report, whatever it claims (the operator judges it)")
 		DeferCleanup(func(ctx SpecContext) {
-			Expect(writeLines(ctx, false)).To(Succeed(), "take the forged line back")
-			rep, err := nodeReport(ctx, agentNamespace, own)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(lineOf(rep, &stranger)).To(BeNil(), "the forged line is still on node %s's report", own)
+			Expect(writeForged(ctx, false)).To(Succeed(), "take the forged claim back")
 		})
 
 		var note string
@@ -198,10 +209,12 @@ func nodeAgentSpecs() {
 				}
 			}
 			g.Expect(note).To(ContainSubstring(stranger.Name), "no PodNotOnNode Event on node %s's report naming %s", own, stranger.Name)
+			g.Expect(note).To(ContainSubstring("counted"), "the Event says what counts")
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 		GinkgoWriter.Printf("event: %s\n", note)
 
-		// Counted, the forged Open would be the breaker's state (the most severe pod's).
+		// Counted, the forged Open would be the breaker's state (the most severe pod's), and a
+		// fifth pod would report.
 		Consistently(func(g Gomega) {
 			cb := breakerIn(ctx, g, agentNamespace)
 			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateClosed), "the forged line counted")
@@ -246,10 +259,10 @@ func nodeAgentSpecs() {
 			Expect(json.Unmarshal([]byte(body), &refusal)).To(Succeed(), "the refusal: %s", body)
 			Expect(refusal.Error).NotTo(BeEmpty())
 		}
-		// The refused report changed nothing: the pod's line is where it was.
+		// The refused report changed nothing: node 1's report still counts its pods.
 		rep, err := nodeReport(ctx, agentNamespace, nodes[0].Name)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(lineOf(rep, &pod)).NotTo(BeNil(), "pod %s's line left node 1's report", pod.Name)
+		Expect(tallyOf(rep, exampleBreaker).pods).To(BeEquivalentTo(len(perNode[0])), "node 1's report lost pod %s", pod.Name)
 	}, SpecTimeout(time.Minute))
 
 	It("keeps node 2's pods deciding while its agent pod is replaced, and the new agent converges without unchanged writes", func(ctx SpecContext) {
@@ -346,14 +359,14 @@ func nodeAgentSpecs() {
 				g.Expect(running(p)).To(BeTrue(), "pod %s: %s %+v %+v", p.Name, p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
 			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 		}
-		// Each works: the wired pod's line on its node's report, the sidecar's pod's own
+		// Each works: the wired pod counted by its node's report, the sidecar's pod's own
 		// report, Open from the worker's failures.
 		Eventually(func(g Gomega) {
 			rep, err := nodeReport(ctx, restrictedNamespace, wired.Spec.NodeName)
 			g.Expect(err).NotTo(HaveOccurred())
-			line := lineOf(rep, wired)
-			g.Expect(line).NotTo(BeNil(), "no line of %s", wired.Name)
-			g.Expect(entryNamed(line.Breakers, exampleBreaker)).To(HaveField("State", resiliencev1alpha1.StateClosed))
+			t := tallyOf(rep, exampleBreaker)
+			g.Expect(t.pods).To(BeEquivalentTo(1), "node %s's report does not count %s", wired.Spec.NodeName, wired.Name)
+			g.Expect(t.closed).To(BeEquivalentTo(1), "%s is not counted closed: %+v", wired.Name, t)
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 		Eventually(func(g Gomega) {
 			var rep resiliencev1alpha1.BreakerReport

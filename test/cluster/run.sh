@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # make test-cluster: the end-to-end suite (this directory) on a real cluster of two nodes.
 #
-#   test/cluster/run.sh [--nodes N]
+#   test/cluster/run.sh [--nodes N] [--build-only | --prebuilt]
 #
-#   1. build the suite's test binary and the six images on this machine (Go modules
+#   1. build the suite's test binary, the kubectl plugin and the six images on this machine (Go modules
 #      need the network, which the cluster's namespaces do not have): the manager's
 #      (`make image`), a rebuild of it under another tag for `helm upgrade`, the
 #      example's (`make image-example`), the fuseboxd sidecar's (as `make
@@ -17,7 +17,9 @@
 #      snapshot (the spec labelled host).
 #
 # --nodes (or CLUSTER_NODES) is 2 by default; with 1 the specs labelled two-nodes are
-# left out and the rest run on a single node.
+# left out and the rest run on a single node. --build-only stops after step 1, and
+# --prebuilt skips it, taking what an earlier --build-only built: .ci/run builds first,
+# then runs the suite beside `make test`, which must not rewrite a file the build reads.
 #
 # A cluster that is already running (`make cluster`) is used as it is and left running,
 # if it has N nodes; the host comparison is then skipped, since there is no snapshot from
@@ -33,6 +35,7 @@ out="${root}/bin/cluster-e2e"
 mkdir -p "${out}"
 
 nodes="${CLUSTER_NODES:-2}"
+build=1 run=1
 while (($#)); do
 	case $1 in
 	--nodes)
@@ -41,7 +44,9 @@ while (($#)); do
 		shift 2
 		;;
 	--nodes=*) nodes=${1#--nodes=} && shift ;;
-	*) echo "usage: test/cluster/run.sh [--nodes N]" >&2 && exit 2 ;;
+	--build-only) run=0 && shift ;;
+	--prebuilt) build=0 && shift ;;
+	*) echo "usage: test/cluster/run.sh [--nodes N] [--build-only | --prebuilt]" >&2 && exit 2 ;;
 	esac
 done
 labels='!host'
@@ -81,31 +86,43 @@ interrupted() {
 }
 trap interrupted INT TERM HUP
 
-step "building the suite (test/cluster) and the images"
-# Each module on its own, outside the workspace (go.work), as the Makefile builds them;
-# given to these commands alone, so that the suite runs with this script's caller's
-# environment.
-(cd test/cluster && GOWORK=off go test -c -o "${out}/cluster.test" .)
-make --no-print-directory image IMG="${img}" >&2
-# A real rebuild, not a second name for the same image: another version label, so
-# another digest, as a new release would have.
-(cd hack/image && GOWORK=off go run . -root "${root}" -tag "${rebuilt}" -version e2e-rebuilt -platforms "linux/$(go env GOARCH)" \
-	-layout "${out}/image-rebuilt" -archive "${out}/image-rebuilt.tar") >&2
-rm -rf "${out}/image-rebuilt"
-make --no-print-directory image-example EXAMPLE_IMG="${example}" >&2
-# The sidecar's and the worker's, as make image-fuseboxd builds the first, for this
-# machine's platform only: the node runs nothing else, and each platform is a link.
+# Every image for this machine's platform only: the nodes run nothing else, and the
+# image test of make test-release builds and compares the release's platforms.
 native="linux/$(go env GOARCH)"
-(cd hack/image && GOWORK=off go run . -root "${root}" -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd \
-	-tag "${fuseboxd}" -platforms "${native}" -layout "${out}/image-fuseboxd" -archive "${out}/image-fuseboxd.tar") >&2
-(cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/fuseboxd-worker -entrypoint /fuseboxd-worker -title fuseboxd-worker \
-	-tag "${worker}" -platforms "${native}" -layout "${out}/image-worker" -archive "${out}/image-worker.tar") >&2
-(cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/cluster/netcheck -entrypoint /netcheck -title netcheck \
-	-tag "${netcheck}" -platforms "${native}" -layout "${out}/image-netcheck" -archive "${out}/image-netcheck.tar") >&2
-rm -rf "${out}/image-fuseboxd" "${out}/image-worker" "${out}/image-netcheck"
-# The Argo Rollouts controller the rollout gate specs run (docs/rollouts.md): built from
-# its Go module once, cached with the cluster's binaries.
-rollouts="$(hack/rollouts.sh)"
+if ((build)); then
+	step "building the suite (test/cluster) and the images"
+	# Each module on its own, outside the workspace (go.work), as the Makefile builds them;
+	# given to these commands alone, so that the suite runs with this script's caller's
+	# environment.
+	(cd test/cluster && GOWORK=off go test -c -o "${out}/cluster.test" .)
+	# The kubectl plugin, as make plugin builds it, for the spec of `kubectl fusebox pods`.
+	go build -o "${out}/kubectl-fusebox" ./cmd/kubectl-fusebox
+	make --no-print-directory image IMG="${img}" PLATFORMS="${native}" >&2
+	# A real rebuild, not a second name for the same image: another version label, so
+	# another digest, as a new release would have.
+	(cd hack/image && GOWORK=off go run . -root "${root}" -tag "${rebuilt}" -version e2e-rebuilt -platforms "${native}" \
+		-layout "${out}/image-rebuilt" -archive "${out}/image-rebuilt.tar") >&2
+	rm -rf "${out}/image-rebuilt"
+	make --no-print-directory image-example EXAMPLE_IMG="${example}" PLATFORMS="${native}" >&2
+	# The sidecar's and the worker's, as make image-fuseboxd builds the first.
+	(cd hack/image && GOWORK=off go run . -root "${root}" -package ./cmd/fuseboxd -entrypoint /fuseboxd -title fuseboxd \
+		-tag "${fuseboxd}" -platforms "${native}" -layout "${out}/image-fuseboxd" -archive "${out}/image-fuseboxd.tar") >&2
+	(cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/fuseboxd-worker -entrypoint /fuseboxd-worker -title fuseboxd-worker \
+		-tag "${worker}" -platforms "${native}" -layout "${out}/image-worker" -archive "${out}/image-worker.tar") >&2
+	(cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/cluster/netcheck -entrypoint /netcheck -title netcheck \
+		-tag "${netcheck}" -platforms "${native}" -layout "${out}/image-netcheck" -archive "${out}/image-netcheck.tar") >&2
+	rm -rf "${out}/image-fuseboxd" "${out}/image-worker" "${out}/image-netcheck"
+	# The Argo Rollouts controller the rollout gate specs run (docs/rollouts.md): built from
+	# its Go module once, cached with the cluster's binaries.
+	rollouts="$(hack/rollouts.sh)"
+else
+	step "using the suite and the images an earlier --build-only built"
+	rollouts="$(hack/rollouts.sh)"
+fi
+if ((!run)); then
+	step "built (--build-only)"
+	exit 0
+fi
 
 owned=0
 baseline=""
@@ -137,7 +154,7 @@ setsid hack/cluster.sh exec -- "${out}/cluster.test" -test.v -test.timeout 60m \
 	-ginkgo.label-filter "${labels}" -ginkgo.v -ginkgo.no-color -ginkgo.timeout 50m \
 	-root "${root}" -image "${img}" -rebuilt-image "${rebuilt}" -example-image "${example}" \
 	-fuseboxd-image "${fuseboxd}" -worker-image "${worker}" -netcheck-image "${netcheck}" -rollouts "${rollouts}" \
-	-timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" -nodes "${nodes}" \
+	-plugin "${out}/kubectl-fusebox" -timings "${out}/timings.md" -host-baseline "${baseline}" -cluster-state "${state}" -nodes "${nodes}" \
 	${CLUSTER_TEST_FLAGS:-} &
 suite=$!
 wait "${suite}" || rc=$?

@@ -133,7 +133,7 @@ func sidecarSpecs() {
 		Expect(sc.Image).To(Equal(sidecarImage), "the chart's fuseboxd.image, through the manager's --fuseboxd-image")
 		Expect(sc.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
 		Expect(sc.StartupProbe).NotTo(BeNil(), "the sidecar has no startup probe")
-		Expect(sc.StartupProbe.Exec).To(HaveField("Command", ContainElement("--probe")))
+		Expect(sc.StartupProbe.Exec).To(HaveField("Command", ContainElement("probe")))
 		Expect(p.Spec.Volumes).To(ContainElement(And(HaveField("Name", socketVolume), HaveField("EmptyDir", Not(BeNil())))))
 		for _, c := range []corev1.Container{sc, p.Spec.Containers[0]} {
 			Expect(c.VolumeMounts).To(ContainElement(And(HaveField("Name", socketVolume), HaveField("MountPath", socketDir))), "container %s", c.Name)

@@ -42,6 +42,7 @@ var (
 	netcheckImage = flag.String("netcheck-image", os.Getenv("NETCHECK_IMAGE"), "The image of hack/cluster/netcheck, a pod's view of the network between the nodes, built by hack/image and loaded.")
 	nodeCount     = flag.Int("nodes", 0, "How many nodes `hack/cluster.sh up --nodes` started (0: not given); the host spec checks that it looked at every node's namespaces.")
 	kubectlBin    = flag.String("kubectl", envOr("KUBECTL", "kubectl"), "The kubectl binary.")
+	pluginBin     = flag.String("plugin", os.Getenv("KUBECTL_FUSEBOX"), "The kubectl-fusebox binary (make plugin), for the specs of `kubectl fusebox`.")
 	timingsOut    = flag.String("timings", os.Getenv("CLUSTER_TIMINGS"), "Append the measured timings to this file (markdown table rows).")
 	hostBaseline  = flag.String("host-baseline", os.Getenv("CLUSTER_HOST_BASELINE"), "The host snapshot taken before `hack/cluster.sh up`: the spec labelled host compares the host with it.")
 	hostSnapshot  = flag.String("host-snapshot", "", "Write a snapshot of the host to this file and exit (before `hack/cluster.sh up`).")

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
@@ -65,6 +66,7 @@ func setSpec(t *testing.T, ns, name string, change func(*resiliencev1alpha1.Circ
 // open verdict and reports it as adopted: it neither closes the fleet nor counts as one
 // that opened it.
 func TestAFreshInstanceDoesNotCloseAnOpenFleet(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	cb := newBreaker(t, ns, "inventory", resiliencev1alpha1.ScopeFleet)
 	setSpec(t, ns, cb.Name, func(s *resiliencev1alpha1.CircuitBreakerSpec) {
@@ -74,7 +76,7 @@ func TestAFreshInstanceDoesNotCloseAnOpenFleet(t *testing.T) {
 	for _, a := range apps {
 		a.breaker(cb.Name)
 	}
-	eventually(t, wait, "every instance reports", func() error {
+	testutil.Eventually(t, wait, "every instance reports", func() error {
 		cb, err := getBreaker(ns, cb.Name)
 		if err == nil && (cb.Status.MemberCounts == nil || cb.Status.MemberCounts.Reporting != 3 || cb.Status.ObservedGeneration != cb.Generation) {
 			err = fmt.Errorf("counts %+v", cb.Status.MemberCounts)
@@ -83,7 +85,7 @@ func TestAFreshInstanceDoesNotCloseAnOpenFleet(t *testing.T) {
 	})
 
 	apps[0].breaker(cb.Name).Trip()
-	eventually(t, wait, "the fleet is open on every instance", func() error {
+	testutil.Eventually(t, wait, "the fleet is open on every instance", func() error {
 		for _, a := range apps {
 			if s := a.breaker(cb.Name).State(); s != breaker.Open {
 				return fmt.Errorf("%s is %s", a.pod, s)
@@ -100,7 +102,7 @@ func TestAFreshInstanceDoesNotCloseAnOpenFleet(t *testing.T) {
 	// config has arrived.
 	fresh := startInstance(t, ns, "app-3", nil)
 	fresh.breaker(cb.Name)
-	eventually(t, wait, "the fresh instance is counted, open", func() error {
+	testutil.Eventually(t, wait, "the fresh instance is counted, open", func() error {
 		cb, err := getBreaker(ns, cb.Name)
 		if err != nil {
 			return err
@@ -119,7 +121,7 @@ func TestAFreshInstanceDoesNotCloseAnOpenFleet(t *testing.T) {
 	}
 	// The count moves just after the API server answers: the operator may have read the
 	// report first.
-	eventually(t, wait, "app-3 counts its write", func() error {
+	testutil.Eventually(t, wait, "app-3 counts its write", func() error {
 		if fresh.agent.Stats().Writes == 0 {
 			return fmt.Errorf("no write counted")
 		}
@@ -153,6 +155,7 @@ func TestAFreshInstanceDoesNotCloseAnOpenFleet(t *testing.T) {
 // Pod object appears late), so the forced pod meets that verdict for the first time
 // under Enforce.
 func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
+	t.Parallel()
 	if !coreRefusesOlderClosedAfterForcedOpen() {
 		t.Skip("SKIPPED: needs the pkg/breaker half of issue 9 (being done on branch core, not merged into fleet yet): " +
 			"a breaker created ForcedOpen and set to Enforce still adopts a Closed verdict older than its open period, " +
@@ -189,7 +192,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	early, err := kube.StartAgent(ctx, kube.Options{
+	early, err := kube.Connect(ctx, kube.Options{
 		Config: cfg, Namespace: ns, Pod: "early", ConfigDir: dir,
 		Logger: slog.New(slog.DiscardHandler),
 	})
@@ -199,7 +202,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	}
 	t.Cleanup(func() { cancel(); <-early.Done() })
 	eb := early.Registry().Get(name)
-	eventually(t, wait, "early runs its own config", func() error {
+	testutil.Eventually(t, wait, "early runs its own config", func() error {
 		if p := eb.Policy(); p.SuccessThreshold != 1 {
 			return fmt.Errorf("early runs %+v", p)
 		}
@@ -216,7 +219,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	// breaker once the config is there, so it is created forced open, after closedAt.
 	time.Sleep(10 * time.Millisecond)
 	forced := startInstance(t, ns, "forced", nil)
-	eventually(t, wait, "forced has its config", func() error {
+	testutil.Eventually(t, wait, "forced has its config", func() error {
 		if forced.agent.Stats().ConfigApplies == 0 {
 			return fmt.Errorf("no config yet")
 		}
@@ -226,7 +229,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	if v := fb.Verdict(); v.State != breaker.Open || !v.Since.After(closedAt) {
 		t.Fatalf("forced is %s since %v, want open since after %v", v.State, v.Since, closedAt)
 	}
-	eventually(t, wait, "forced reports Open (Forced)", func() error {
+	testutil.Eventually(t, wait, "forced reports Open (Forced)", func() error {
 		e, err := entryOf(ns, "forced", name)
 		if err == nil && (e.State != resiliencev1alpha1.StateOpen || e.Reason != breakerconfig.ReasonForced) {
 			err = fmt.Errorf("forced reports %s (%s)", e.State, e.Reason)
@@ -235,7 +238,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	})
 
 	setSpec(t, ns, name, func(s *resiliencev1alpha1.CircuitBreakerSpec) { s.Mode = resiliencev1alpha1.ModeEnforce })
-	eventually(t, wait, "forced runs Enforce", func() error {
+	testutil.Eventually(t, wait, "forced runs Enforce", func() error {
 		if m := fb.Policy().Mode; m != breaker.ModeEnforce {
 			return fmt.Errorf("forced runs %s", m)
 		}
@@ -251,7 +254,7 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*wait, "the operator publishes early's Closed and forced has met it", func() error {
+	testutil.Eventually(t, 3*wait, "the operator publishes early's Closed and forced has met it", func() error {
 		v, err := publishedVerdict(ns, name)
 		switch {
 		case err != nil:
@@ -300,6 +303,7 @@ func coreRefusesOlderClosedAfterForcedOpen() bool {
 // seconds, and a state reached within the creation's second counts as the new breaker's
 // (docs/config-format.md), so the re-creation happens in the second after the trip.
 func TestARecreatedBreakerIsNotOpenedByTheOldOnesVerdicts(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	cb := newBreaker(t, ns, "orders", resiliencev1alpha1.ScopeFleet)
 	setSpec(t, ns, cb.Name, func(s *resiliencev1alpha1.CircuitBreakerSpec) {
@@ -309,7 +313,7 @@ func TestARecreatedBreakerIsNotOpenedByTheOldOnesVerdicts(t *testing.T) {
 	for _, a := range apps {
 		a.breaker(cb.Name)
 	}
-	eventually(t, wait, "every instance reports", func() error {
+	testutil.Eventually(t, wait, "every instance reports", func() error {
 		cb, err := getBreaker(ns, cb.Name)
 		if err == nil && (cb.Status.MemberCounts == nil || cb.Status.MemberCounts.Reporting != 3) {
 			err = fmt.Errorf("counts %+v", cb.Status.MemberCounts)
@@ -337,7 +341,7 @@ func TestARecreatedBreakerIsNotOpenedByTheOldOnesVerdicts(t *testing.T) {
 	tripped := apps[0].breaker(cb.Name).Verdict().Since
 	t.Logf("tripped at %s, re-created with creationTimestamp %s", tripped.Format(time.RFC3339Nano), again.CreationTimestamp.Format(time.RFC3339Nano))
 
-	eventually(t, wait, "every pod reports the new CircuitBreaker", func() error {
+	testutil.Eventually(t, wait, "every pod reports the new CircuitBreaker", func() error {
 		for _, a := range apps {
 			e, err := entryOf(ns, a.pod, cb.Name)
 			if err != nil {

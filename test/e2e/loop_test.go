@@ -25,12 +25,6 @@ import (
 // before the test reports what never happened.
 const wait = 30 * time.Second
 
-// eventually polls cond until it returns nil or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	testutil.Eventually(t, within, what, cond)
-}
-
 // newBreaker creates a CircuitBreaker with short times, so a test can see an
 // open circuit go half-open on the real clock.
 func newBreaker(t testing.TB, ns, name string, scope resiliencev1alpha1.Scope) *resiliencev1alpha1.CircuitBreaker {
@@ -82,19 +76,20 @@ func event(ns, name, reason string) (string, error) {
 // A probe after the open timeout: with successThreshold 1 a success closes.
 func probe(t testing.TB, b *breaker.Breaker) {
 	t.Helper()
-	eventually(t, wait, "probe admitted", func() error {
+	testutil.Eventually(t, wait, "probe admitted", func() error {
 		return b.Execute(context.Background(), func(context.Context) error { return nil })
 	})
 }
 
 func TestAnInstanceThatTripsOpensTheResource(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	newBreaker(t, ns, "payments", resiliencev1alpha1.ScopePod)
 	apps := startInstances(t, ns, 3)
 	for _, a := range apps {
 		a.breaker("payments")
 	}
-	eventually(t, wait, "every instance reports Closed", func() error {
+	testutil.Eventually(t, wait, "every instance reports Closed", func() error {
 		cb, err := getBreaker(ns, "payments")
 		if err != nil {
 			return err
@@ -106,7 +101,7 @@ func TestAnInstanceThatTripsOpensTheResource(t *testing.T) {
 	})
 
 	apps[1].breaker("payments").Trip()
-	eventually(t, wait, "the resource is Open", func() error {
+	testutil.Eventually(t, wait, "the resource is Open", func() error {
 		cb, err := getBreaker(ns, "payments")
 		if err != nil {
 			return err
@@ -121,7 +116,7 @@ func TestAnInstanceThatTripsOpensTheResource(t *testing.T) {
 		}
 		return hasCondition(cb, resiliencev1alpha1.ConditionOpen, metav1.ConditionTrue)
 	})
-	eventually(t, wait, "the CircuitOpened Event names the pod", func() error {
+	testutil.Eventually(t, wait, "the CircuitOpened Event names the pod", func() error {
 		note, err := event(ns, "payments", resiliencev1alpha1.EventCircuitOpened)
 		if err == nil && !strings.Contains(note, "app-1") {
 			err = fmt.Errorf("note %q does not name app-1", note)
@@ -133,7 +128,7 @@ func TestAnInstanceThatTripsOpensTheResource(t *testing.T) {
 	}
 
 	probe(t, apps[1].breaker("payments"))
-	eventually(t, wait, "the resource is Closed again", func() error {
+	testutil.Eventually(t, wait, "the resource is Closed again", func() error {
 		cb, err := getBreaker(ns, "payments")
 		if err != nil {
 			return err
@@ -150,6 +145,7 @@ func TestAnInstanceThatTripsOpensTheResource(t *testing.T) {
 }
 
 func TestConfigChangesReachEveryInstanceAndConfigAppliedFollows(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	cb := newBreaker(t, ns, "search", resiliencev1alpha1.ScopePod)
 	apps := startInstances(t, ns, 3)
@@ -164,7 +160,7 @@ func TestConfigChangesReachEveryInstanceAndConfigAppliedFollows(t *testing.T) {
 	if err := k8sClient.Patch(context.Background(), cb, patch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, "every instance runs the new policy", func() error {
+	testutil.Eventually(t, wait, "every instance runs the new policy", func() error {
 		for _, a := range apps {
 			if p := a.breaker("search").Policy(); p.FailureRatio != 0.2 || p.OpenTimeout != time.Hour {
 				return fmt.Errorf("%s runs %+v", a.pod, p)
@@ -175,7 +171,7 @@ func TestConfigChangesReachEveryInstanceAndConfigAppliedFollows(t *testing.T) {
 	if s := apps[2].breaker("search").State(); s != breaker.Open {
 		t.Errorf("app-2 is %s after the update; an open circuit must stay open", s)
 	}
-	eventually(t, wait, "ConfigApplied for generation 2", func() error {
+	testutil.Eventually(t, wait, "ConfigApplied for generation 2", func() error {
 		cb, err := getBreaker(ns, "search")
 		if err != nil {
 			return err
@@ -188,13 +184,14 @@ func TestConfigChangesReachEveryInstanceAndConfigAppliedFollows(t *testing.T) {
 }
 
 func TestFleetScopeOneTripOpensAllAndRecoveryClosesAll(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	newBreaker(t, ns, "fleet", resiliencev1alpha1.ScopeFleet)
 	apps := startInstances(t, ns, 3)
 	for _, a := range apps {
 		a.breaker("fleet")
 	}
-	eventually(t, wait, "every instance reports", func() error {
+	testutil.Eventually(t, wait, "every instance reports", func() error {
 		cb, err := getBreaker(ns, "fleet")
 		if err == nil && (cb.Status.MemberCounts == nil || cb.Status.MemberCounts.Reporting != 3) {
 			err = fmt.Errorf("counts %+v", cb.Status.MemberCounts)
@@ -204,7 +201,7 @@ func TestFleetScopeOneTripOpensAllAndRecoveryClosesAll(t *testing.T) {
 
 	apps[0].breaker("fleet").Trip()
 	openedAt := apps[0].breaker("fleet").Verdict().Since
-	eventually(t, wait, "every instance is open", func() error {
+	testutil.Eventually(t, wait, "every instance is open", func() error {
 		for _, a := range apps {
 			v := a.breaker("fleet").Verdict()
 			if v.State != breaker.Open {
@@ -222,7 +219,7 @@ func TestFleetScopeOneTripOpensAllAndRecoveryClosesAll(t *testing.T) {
 
 	// After the open timeout, app-2's probe succeeds and closes the fleet.
 	probe(t, apps[2].breaker("fleet"))
-	eventually(t, wait, "every instance is closed", func() error {
+	testutil.Eventually(t, wait, "every instance is closed", func() error {
 		for _, a := range apps {
 			if s := a.breaker("fleet").State(); s != breaker.Closed {
 				return fmt.Errorf("%s is %s", a.pod, s)

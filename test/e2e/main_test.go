@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// Each test has its namespace; their time goes on waiting for the operator and the
+	// instances, and on the breakers' open periods.
+	testutil.WaitingParallelism(8)
 	if os.Getenv("E2E_LOG") != "" {
 		log.SetLogger(zap.New(zap.UseDevMode(true)))
 	} else {
@@ -105,7 +108,7 @@ func run(m *testing.M) int {
 // instance is one application "pod": its own registry, wired by kube.Start.
 type instance struct {
 	pod   string
-	agent *kube.Agent
+	agent *kube.Connection
 }
 
 func (i *instance) breaker(name string) *breaker.Breaker { return i.agent.Registry().Get(name) }
@@ -142,7 +145,7 @@ func startInstance(t testing.TB, ns, pod string, modify func(*kube.Options)) *in
 	if modify != nil {
 		modify(&o)
 	}
-	agent, err := kube.StartAgent(ctx, o)
+	agent, err := kube.Connect(ctx, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -93,8 +93,11 @@ func (h *harness) startFleet() []row {
 	}
 	writes := h.tr.snapshot().minus(before)
 	r.notes = fmt.Sprintf("agents started in %s; writes until then: %s; API server: %s", fmtDur(startedIn), writes, h.apiWrites().minus(api0))
-	if h.nodes > 0 {
-		st := h.fleet.stats()
+	switch st := h.fleet.stats(); {
+	case h.s.hollow:
+		r.notes += fmt.Sprintf("; hollow agents: %d synthetic reports taken, %d refused, %d node report writes; before it: %s",
+			st.Reports, st.ReportFailures, st.AgentWrites, strings.Join(h.nodeNotes, "; "))
+	case h.nodes > 0:
 		r.notes += fmt.Sprintf("; node agents: %d TokenReviews, %d pods read live, %d requests refused; before it: %s",
 			st.TokenReviews, st.LiveLookups, st.Refused, strings.Join(h.nodeNotes, "; "))
 	}

@@ -73,6 +73,10 @@ type harness struct {
 	heapMu              sync.Mutex
 	heapPeak, phasePeak float64
 	heapErr             error
+	// Peak resident memory (VmHWM) seen over the run, by process (memory_test.go), and
+	// the processes the pods run in: the node hosts, or this one. Guarded by heapMu.
+	rss      rssPeaks
+	hostPIDs []int
 
 	startUptime string
 	started     time.Time
@@ -151,7 +155,7 @@ func newHarness(t testing.TB, s settings) *harness {
 		}
 		hosts := s.nodeHosts
 		if hosts == 0 {
-			hosts = (s.pods + hostPods - 1) / hostPods
+			hosts = defaultNodeHosts(s)
 		}
 		note, err := h.startNodeHosts(hosts, time.Now().Add(s.waitCap))
 		if err != nil {
@@ -190,6 +194,14 @@ func newHarness(t testing.TB, s settings) *harness {
 	}
 	// Before any pod runs, and before a node agent has a pod to watch config for.
 	h.watches0 = h.watches()
+	h.apiPID = h.apiServerPID()
+	h.hostPIDs = []int{os.Getpid()}
+	if h.nodes > 0 {
+		h.hostPIDs = h.hostPIDs[:0]
+		for _, f := range h.fleet {
+			h.hostPIDs = append(h.hostPIDs, f.pid())
+		}
+	}
 	go h.sampleHeap()
 	go h.guardMemory()
 	return h
@@ -232,13 +244,16 @@ func (h *harness) stopAll() {
 
 // createPods creates the fleet's Pod objects. envtest runs no scheduler and no
 // kubelet: they stay Pending, which is enough for the operator to count their
-// reports. In node mode they are bound to their nodes and each gets its token for its
-// node's agent.
+// reports. In node mode they are bound to their nodes and wired to their agents, and
+// with real agents each gets its token for its node's agent.
 func (h *harness) createPods(n int) {
 	if h.nodes > 0 {
-		dir := filepath.Join(h.tmp, "tokens")
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			h.t.Fatal(err)
+		dir := ""
+		if !h.s.hollow {
+			dir = filepath.Join(h.tmp, "tokens")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				h.t.Fatal(err)
+			}
 		}
 		note, err := h.createBoundPods(n, dir)
 		if err != nil {
@@ -261,15 +276,22 @@ func (h *harness) createPods(n int) {
 	}
 }
 
-// listPods reads the UIDs of the fleet's n pods, app-0 to app-(n-1), into h.pods.
+// listPods reads the UIDs of the fleet's n pods, app-0 to app-(n-1), into h.pods, a
+// page of 5,000 at a time (100,000 pods in one answer would be a few hundred MB).
 func (h *harness) listPods(n int) error {
-	list, err := h.cs.CoreV1().Pods(namespace).List(h.ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list pods: %w", err)
-	}
 	uids := map[string]types.UID{}
-	for _, p := range list.Items {
-		uids[p.Name] = p.UID
+	opts := metav1.ListOptions{Limit: 5000}
+	for {
+		list, err := h.cs.CoreV1().Pods(namespace).List(h.ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list pods: %w", err)
+		}
+		for _, p := range list.Items {
+			uids[p.Name] = p.UID
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			break
+		}
 	}
 	for i := range n {
 		name := fmt.Sprintf("app-%d", i)

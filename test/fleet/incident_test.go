@@ -45,7 +45,9 @@ type incident struct {
 	api      apiWrites
 	lasted   time.Duration
 	watches  watches // held as the incident began
-	partial  string
+	// sizes is what the node reports weigh as the incident's writes end.
+	sizes   reportSizes
+	partial string
 }
 
 // fleetIncidents: every pod uses a Fleet-scope breaker; half the pods (every other one)
@@ -121,6 +123,12 @@ func (h *harness) fleetIncident(c int) incident {
 	out.whole, out.hostsCPU, out.api = h.cpu().minus(cpu0), h.fleet.cpu()-hosts0, h.apiWrites().minus(api0)
 	d := h.tr.snapshot().minus(before)
 	out.cmWrites, out.reports = d[kindConfigMap], d[kindBreakerReport]+d[kindNodeBreakerReport]
+	if h.nodes > 0 {
+		var err error
+		if out.sizes, err = h.nodeReportSizes(); err != nil {
+			logf("fleet incident %d: node report sizes: %v", c+1, err)
+		}
+	}
 	out.waits = h.flowWaits().minus(w0)
 	if !out.openOK || !out.countOK || !out.everyPodOK {
 		out.partial = fmt.Sprintf("open %d of %d, Open=%s", memberCount(orEmpty(got.obj), "open"), n, condition(orEmpty(got.obj), "Open"))

@@ -55,7 +55,8 @@ func (h *harness) incidentRows(samples []incident) []row {
 	n := int64(len(h.pods))
 	t := h.incidentTargets()
 	var openCond, everyPod, counted []time.Duration
-	var miss, cb, cm, reports, cpus, waits, writes, held []string
+	var miss, cb, cm, reports, cpus, waits, writes, held, sizes []string
+	var largest reportSizes
 	var opWait []time.Duration
 	var api, op, apiAll, opAll, hosts, maxPerNode, maxPodWrites, maxConfig, maxWatches float64
 	for i, s := range samples {
@@ -96,6 +97,10 @@ func (h *harness) incidentRows(samples []incident) []row {
 		writes = append(writes, fmt.Sprintf("node reports %.0f, pod reports %.0f (%.0f not 2xx)", nodeW, podW, failed))
 		maxConfig, maxWatches = max(maxConfig, s.watches.config(h.watches0)), max(maxWatches, s.watches.total())
 		held = append(held, s.watches.String())
+		sizes = append(sizes, s.sizes.String())
+		if s.sizes.largest >= largest.largest {
+			largest = s.sizes
+		}
 	}
 	k := len(samples)
 	kf := float64(k)
@@ -147,7 +152,7 @@ func (h *harness) incidentRows(samples []incident) []row {
 			target:   "≤ 2 s",
 			measured: dist(everyPod),
 			meets:    yesNo(len(everyPod) == k && percentile(everyPod, 1) <= 2*time.Second),
-			notes:    "polled in process every 5 ms",
+			notes:    h.everyPodNote(),
 		},
 		{
 			scenario: fmt.Sprintf("… → `memberCounts.open == %d` (all counted)", n),
@@ -163,12 +168,23 @@ func (h *harness) incidentRows(samples []incident) []row {
 			meets:    judged(t.writesPerNode, maxPerNode),
 			notes:    strings.Join(writes, "; "),
 		},
+	}
+	if h.nodes > 0 {
+		rows = append(rows, row{
+			scenario: "… node report size, managedFields included (listed as JSON), as the incident's writes end",
+			target:   "reported (about 2 KiB at 100 pods × 2 breakers, docs/design.md §9)",
+			measured: largest.String(),
+			meets:    "—",
+			notes:    fmt.Sprintf("%d pods per node; per incident: %s", len(h.pods)/h.nodes, strings.Join(sizes, "; ")),
+		})
+	}
+	rows = append(rows, []row{
 		{
 			scenario: "… API server watches as the incident begins (`apiserver_longrunning_requests`, verb WATCH)",
 			target:   target(t.watchesPerNode, "config watches per node"),
 			measured: fmt.Sprintf("config watches (pods' or agents') %.0f%s; all watches %.0f", maxConfig, perNode(maxConfig), maxWatches),
 			meets:    judged(t.watchesPerNode, maxConfig/float64(max(h.nodes, 1))),
-			notes:    "config watches: the ConfigMap watches less those held before any pod or agent ran (" + h.watches0.String() + "); held as each incident began, by resource (scope): " + strings.Join(held, " / "),
+			notes:    h.watchesNote() + "config watches: the ConfigMap watches less those held before any pod or agent ran (" + h.watches0.String() + "); held as each incident began, by resource (scope): " + strings.Join(held, " / "),
 		},
 		{
 			scenario: "… the operator's flow-control wait (API server `apiserver_flowcontrol_request_wait_duration_seconds`, level `operator`)",
@@ -190,16 +206,35 @@ func (h *harness) incidentRows(samples []incident) []row {
 			notes: fmt.Sprintf("trip to all counted: API server %.2f s, operator %.2f s (mean)%s; per incident: %s",
 				api/kf, op/kf, h.hostsNote(hosts/kf), strings.Join(cpus, "; ")),
 		},
-	}
+	}...)
 	return rows
+}
+
+// everyPodNote says how "every pod's breaker is Open" was seen.
+func (h *harness) everyPodNote() string {
+	if h.s.hollow {
+		return "hollow pods: when the last node host had applied the verdict to all of its synthetic pods (one config watch per host process: the fan-out to the nodes is not simulated)"
+	}
+	return "polled in process every 5 ms"
+}
+
+// watchesNote says whose config watches a hollow run holds.
+func (h *harness) watchesNote() string {
+	if h.s.hollow {
+		return fmt.Sprintf("hollow: one per node host process (%d), not per node; ", len(h.fleet))
+	}
+	return ""
 }
 
 // onNodes names the node count in a scenario, in node mode.
 func (h *harness) onNodes() string {
-	if h.nodes == 0 {
-		return ""
+	switch {
+	case h.s.hollow:
+		return fmt.Sprintf(" (%d synthetic pods on %d nodes, through hollow node agents)", len(h.pods), h.nodes)
+	case h.nodes > 0:
+		return fmt.Sprintf(" (%d pods on %d nodes, through node agents)", len(h.pods), h.nodes)
 	}
-	return fmt.Sprintf(" (%d pods on %d nodes, through node agents)", len(h.pods), h.nodes)
+	return ""
 }
 
 func (h *harness) hostsNote(mean float64) string {

@@ -3,19 +3,40 @@
 // operator as it runs in production — the real manager binary, a separate OS
 // process — against an envtest API server. It measures how long a fleet-wide
 // trip, a recovery, a fleet's start and a spec change take to show, how many
-// writes they cost, how big the CircuitBreaker grows, and the operator's heap,
-// and prints one markdown table (also written to $FLEET_OUT when set).
+// writes they cost, how big the CircuitBreaker and the node reports grow, the
+// operator's heap and the peak resident memory of the API server, the operator and
+// the node hosts, and prints one markdown table (also written to $FLEET_OUT when
+// set).
 //
 // With FLEET_NODES=M the pods are bound to M nodes and report and read their
 // config through their node's agent (docs/design.md §9), the real
 // internal/nodeagent, M of them in node host processes of this test binary
 // (nodehost_test.go), each under the identity a real agent pod's token gives it.
+// Each node's agent writes what its pods add up to, per breaker and revision
+// (NodeBreakerReport's counts), and the operator counts them for at most the Pods
+// its cache has bound to the node and wired to the agent: the fleet's Pods carry
+// FUSEBOX_NODE_AGENT, as the pod webhook wires them.
+//
+// With FLEET_HOLLOW=true as well, the nodes run hollow agents (nodeagent.NewHollow,
+// hollow_test.go): the real agent's book, pacing and writer under the node's agent
+// identity, fed synthetic pod reports instead of pods' requests, so that the API
+// server and the operator meet 100,000 pods' worth of node reports on a machine
+// that cannot run 100,000 pods. The N Pod objects are still created, bound and
+// wired (the operator counts only the pods its cache has). Each synthetic pod
+// reports every breaker it uses: Closed/Started at start; Open/Tripped with calls
+// and failureRatePercent when the harness trips it; Closed/ProbesSucceeded when it
+// recovers; and the fleet's verdict as pkg/breaker's Adopt takes it (Open/Adopted
+// with the verdict's since). Config fan-out is not simulated per node: a hollow
+// host process watches the namespace's fusebox-breakers ConfigMap once and applies
+// each change (a verdict, a new generation) to all of its synthetic pods, and "every
+// pod holds the verdict" is when the last host has. Open periods do not end by
+// themselves; the harness's recovery closes them.
 //
 // It is design-agnostic: it talks only to CircuitBreaker objects (spec,
 // status.conditions, status.memberCounts, status.state), Pods, ConfigMaps,
 // BreakerReports and NodeBreakerReports when the API server serves them, the
-// API server's /metrics, and agents through kube.StartAgent and their breakers.
-// It never reads status.members.
+// API server's /metrics, and agents through kube.StartAgent and their breakers
+// (hollow: the synthetic pods' states). It never reads status.members.
 //
 // Every wait is capped. The run stops itself, the API server first, when the
 // machine has less than max(2 GiB, 10%) of its memory available: at N=500 on a
@@ -28,9 +49,14 @@
 //	FLEET_NODES         nodes (default 0: none, every pod writes its own BreakerReport and
 //	                    watches its ConfigMap). M > 0 runs M node agents (internal/nodeagent)
 //	                    under node-bound identities, with the pods bound to the nodes in
-//	                    equal blocks and wired to their node's agent (nodes_test.go)
+//	                    equal blocks and wired to their node's agent (nodes_test.go); at
+//	                    most 20,000 pods with real agents (beyond that, FLEET_HOLLOW)
+//	FLEET_HOLLOW        true: the M nodes run hollow agents fed synthetic pod reports
+//	                    (hollow_test.go; default false); needs FLEET_NODES
 //	FLEET_NODE_HOSTS    node host processes the nodes are spread over (default: one per
-//	                    2,000 pods; a process here may hold at most 20,000 open files)
+//	                    2,000 pods, since a process here may hold at most 20,000 open
+//	                    files; hollow, one per 25,000 pods and at most one per CPU,
+//	                    hollow_test.go's hollowHosts)
 //	FLEET_BREAKERS      CircuitBreakers in the heap scenario (default 10)
 //	FLEET_CYCLES        trip/recover cycles (default 5)
 //	FLEET_SPEC_SAMPLES  spec changes (default 5)
@@ -64,6 +90,7 @@ type settings struct {
 	pods, breakers, cycles, specSamples int
 	clusterPods                         int
 	nodes, nodeHosts                    int
+	hollow                              bool // the nodes run hollow agents (FLEET_HOLLOW)
 	restartBreakers, restartNamespaces  int
 	scenarios                           map[string]bool // nil: all
 	waitCap, settleCap, steady          time.Duration
@@ -97,6 +124,19 @@ func loadSettings() (settings, error) {
 			*v.dst = n
 		}
 	}
+	if e := os.Getenv("FLEET_HOLLOW"); e != "" {
+		v, err := strconv.ParseBool(e)
+		if err != nil {
+			return s, errorf("FLEET_HOLLOW=%q: want true or false", e)
+		}
+		s.hollow = v
+	}
+	if s.hollow && s.nodes == 0 {
+		return s, errorf("FLEET_HOLLOW without FLEET_NODES: hollow agents are nodes'")
+	}
+	if s.nodes > 0 && !s.hollow && s.pods > maxRealNodePods {
+		return s, errorf("FLEET_PODS=%d with real node agents: at most %d pods run in process here; FLEET_HOLLOW=true runs more", s.pods, maxRealNodePods)
+	}
 	if s.nodes > s.pods {
 		return s, errorf("FLEET_NODES=%d: more nodes than pods (FLEET_PODS=%d)", s.nodes, s.pods)
 	}
@@ -128,6 +168,10 @@ func loadSettings() (settings, error) {
 	return s, nil
 }
 
+// maxRealNodePods is the most pods the real-agent node mode runs: each is a real
+// pkg/breaker/kube agent with two loopback connections, in this machine's processes.
+const maxRealNodePods = 20000
+
 // zeroMeansOff are the knobs whose 0 turns something off rather than being refused.
 var zeroMeansOff = map[string]bool{"FLEET_CLUSTER_PODS": true, "FLEET_RESTART_BREAKERS": true, "FLEET_NODES": true, "FLEET_NODE_HOSTS": true}
 
@@ -137,6 +181,9 @@ func nodeKnobs(s settings) string {
 		return ""
 	}
 	out := " FLEET_NODES=" + strconv.Itoa(s.nodes)
+	if s.hollow {
+		out += " FLEET_HOLLOW=true"
+	}
 	if s.nodeHosts > 0 {
 		out += " FLEET_NODE_HOSTS=" + strconv.Itoa(s.nodeHosts)
 	}

@@ -76,7 +76,8 @@ func meminfo() (avail, total uint64, ok bool) {
 	return avail, total, avail > 0 && total > 0
 }
 
-// sampleHeap reads the manager's heap every second, keeping the peaks.
+// sampleHeap reads the manager's heap, and every process's peak resident memory, every
+// second, keeping the peaks.
 func (h *harness) sampleHeap() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -87,6 +88,7 @@ func (h *harness) sampleHeap() {
 		case <-t.C:
 		}
 		m, err := h.mgr.scrape(h.ctx)
+		h.sampleRSS()
 		h.heapMu.Lock()
 		if err != nil {
 			h.heapErr = err
@@ -144,6 +146,56 @@ func (h *harness) objectSize(name string) (total, managed, managers int, err err
 	}
 	mf, _ := json.Marshal(obj.Metadata.ManagedFields)
 	return len(body), len(mf), len(obj.Metadata.ManagedFields), nil
+}
+
+// reportSizes is what the node reports of the namespace weigh as the API server serves
+// them (JSON, managedFields included): the largest, its managedFields, the median, and
+// how many there are.
+type reportSizes struct{ largest, managed, median, count int }
+
+func (r reportSizes) String() string {
+	if r.count == 0 {
+		return "no node report"
+	}
+	return fmt.Sprintf("largest %s (managedFields %s), median %s of %d", kib(r.largest), kib(r.managed), kib(r.median), r.count)
+}
+
+// nodeReportSizes lists the namespace's NodeBreakerReports as JSON and weighs each item.
+func (h *harness) nodeReportSizes() (reportSizes, error) {
+	u := strings.TrimRight(h.cfg.Host, "/") + fmt.Sprintf("/apis/%s/namespaces/%s/%s",
+		nodeBreakerReportsGVR.GroupVersion().String(), namespace, nodeBreakerReportsGVR.Resource)
+	body, err := get(h.ctx, h.hc, u, time.Minute)
+	if err != nil {
+		return reportSizes{}, err
+	}
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return reportSizes{}, err
+	}
+	var out reportSizes
+	sizes := make([]int, 0, len(list.Items))
+	for _, raw := range list.Items {
+		sizes = append(sizes, len(raw))
+		if len(raw) <= out.largest {
+			continue
+		}
+		var obj struct {
+			Metadata struct {
+				ManagedFields json.RawMessage `json:"managedFields"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return reportSizes{}, err
+		}
+		out.largest, out.managed = len(raw), len(obj.Metadata.ManagedFields)
+	}
+	if out.count = len(sizes); out.count > 0 {
+		slices.Sort(sizes)
+		out.median = sizes[(len(sizes)-1)/2]
+	}
+	return out, nil
 }
 
 // apiWrites reads the API server's own /metrics: the writes to the counted

@@ -7,6 +7,7 @@ import (
 	"net/rpc"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -25,14 +26,28 @@ import (
 // holding whole nodes (their agents and the pods bound to them, as a machine would), at
 // most hostPods pods by default (FLEET_NODE_HOSTS sets their number). The harness drives
 // each one's Host over net/rpc on a pair of pipes.
+//
+// Hollow nodes (FLEET_HOLLOW) hold no connection but their agent's API client, so what
+// bounds a hollow host is CPU, not descriptors (hollowHostPods).
 
 // nodeHostEnv, set in a process's environment, makes this test binary a node host
-// instead of running tests; its value names the host in its log.
+// instead of running tests; its value names the host in its log. nodeHostHollowEnv makes
+// it a host of hollow nodes (HollowHost).
 const (
 	nodeHostEnv       = "FLEET_NODE_HOST"
 	nodeHostConfigEnv = "FLEET_NODE_HOST_KUBECONFIG"
+	nodeHostHollowEnv = "FLEET_NODE_HOST_HOLLOW"
 	hostPods          = 2000
 )
+
+// defaultNodeHosts is how many node host processes a run of s starts when
+// FLEET_NODE_HOSTS does not say.
+func defaultNodeHosts(s settings) int {
+	if s.hollow {
+		return hollowHosts(s.pods, runtime.NumCPU())
+	}
+	return (s.pods + hostPods - 1) / hostPods
+}
 
 func TestMain(m *testing.M) {
 	if name := os.Getenv(nodeHostEnv); name != "" {
@@ -49,7 +64,12 @@ func serveNodeHost(name string) int {
 		fmt.Fprintf(os.Stderr, "fleet node host %s: %v\n", name, err)
 		return 1
 	}
-	h := newHost(cfg)
+	var h interface{ Stop(Empty, *Empty) error }
+	if os.Getenv(nodeHostHollowEnv) != "" {
+		h = newHollowHost(cfg, name)
+	} else {
+		h = newHost(cfg)
+	}
 	srv := rpc.NewServer()
 	if err := srv.RegisterName("Host", h); err != nil {
 		fmt.Fprintf(os.Stderr, "fleet node host %s: %v\n", name, err)
@@ -117,9 +137,10 @@ type nodeHost struct {
 	exited chan struct{}
 }
 
-// startNodeHost runs this test binary again as node host name, reaching the API server
-// through the administrator's kubeconfig (every client it makes impersonates).
-func startNodeHost(name, kubeconfig string) (*nodeHost, error) {
+// startNodeHost runs this test binary again as node host name, of hollow nodes if
+// hollow, reaching the API server through the administrator's kubeconfig (every client
+// it makes impersonates).
+func startNodeHost(name, kubeconfig string, hollow bool) (*nodeHost, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -134,6 +155,9 @@ func startNodeHost(name, kubeconfig string) (*nodeHost, error) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), nodeHostEnv+"="+name, nodeHostConfigEnv+"="+kubeconfig)
+	if hollow {
+		cmd.Env = append(cmd.Env, nodeHostHollowEnv+"=1")
+	}
 	cmd.ExtraFiles = []*os.File{callsR, answersW}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	// A harness that dies takes its hosts with it.

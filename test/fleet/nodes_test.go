@@ -24,9 +24,10 @@ import (
 // fusebox-node in the operator's namespace, bound to it and Ready (so the operator
 // counts its node's reports); the agents' ClusterRole of config/nodeagent bound to
 // service account fusebox-node; the fleet's Pods bound to the nodes in equal contiguous
-// blocks (so that every other pod of each node trips in an incident), each with a real
-// token for its node's agent, made by TokenRequest bound to the Pod, audience
-// fusebox.dev/node-agent, as the kubelet projects it.
+// blocks (so that every other pod of each node trips in an incident) and wired to their
+// node's agent (FUSEBOX_NODE_AGENT), each, with real agents, with a real token for its
+// node's agent, made by TokenRequest bound to the Pod, audience fusebox.dev/node-agent,
+// as the kubelet projects it.
 
 // tokenLifetime outlasts the longest run: a pod reads its token file for every request
 // and nothing here rotates it.
@@ -90,14 +91,14 @@ func (h *harness) createNodes(m int) error {
 func (h *harness) nodeOf(i, n int) int { return i * h.nodes / n }
 
 // createBoundPods creates the fleet's Pods, bound to their nodes, under service account
-// app, and mints each one's token for its node's agent into a file of dir. It returns a
-// note of what minting cost.
+// app, each wired to its node's agent; with a dir (real agents) it mints each one's token
+// for its node's agent into a file of dir. It returns a note of what minting cost.
 func (h *harness) createBoundPods(n int, dir string) (string, error) {
 	err := h.createPodObjects(namespace, n, func(i int) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i), Labels: map[string]string{"app": "fleet"}},
 			Spec: corev1.PodSpec{NodeName: nodeName(h.nodeOf(i, n)), ServiceAccountName: appServiceAccount,
-				Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+				Containers: []corev1.Container{{Name: "app", Image: "app", Env: []corev1.EnvVar{agentAddress}}}},
 		}
 	})
 	if err != nil {
@@ -108,7 +109,12 @@ func (h *harness) createBoundPods(n int, dir string) (string, error) {
 	}
 	for i := range h.pods {
 		h.pods[i].Node = nodeName(h.nodeOf(i, n))
-		h.pods[i].TokenFile = filepath.Join(dir, h.pods[i].Name)
+		if dir != "" {
+			h.pods[i].TokenFile = filepath.Join(dir, h.pods[i].Name)
+		}
+	}
+	if dir == "" {
+		return fmt.Sprintf("%d pods bound to %d nodes and wired, no tokens (hollow agents check none)", n, h.nodes), nil
 	}
 	logf("minting %d tokens (TokenRequest, audience %s)", n, breakerconfig.NodeAgentAudience)
 	cpu0, api0 := h.cpu(), h.apiWrites()
@@ -135,6 +141,15 @@ func (h *harness) createBoundPods(n int, dir string) (string, error) {
 	return note, nil
 }
 
+// agentAddress is what wires a pod to its node's agent: the variable the pod webhook sets
+// (docs/design.md §9), which the operator's pod cache keeps as "wired" and without which
+// it counts none of the pod in its node's report. Its value, the agent Service's address,
+// is not read here: each pod is given its own agent's loopback address by its host.
+var agentAddress = corev1.EnvVar{
+	Name:  breakerconfig.EnvNodeAgent,
+	Value: fmt.Sprintf("http://%s.%s.svc:%d", nodeAgentAccount, operatorNamespace, breakerconfig.NodeAgentPort),
+}
+
 // startNodeHosts starts the node hosts, gives each its share of whole nodes and waits
 // until every agent is ready.
 func (h *harness) startNodeHosts(count int, deadline time.Time) (string, error) {
@@ -147,7 +162,7 @@ func (h *harness) startNodeHosts(count int, deadline time.Time) (string, error) 
 		h.hostNodes[k] = append(h.hostNodes[k], n)
 	}
 	for i := range count {
-		nh, err := startNodeHost(fmt.Sprint(i), h.cluster.Kubeconfig)
+		nh, err := startNodeHost(fmt.Sprint(i), h.cluster.Kubeconfig, h.s.hollow)
 		if err != nil {
 			return "", err
 		}
@@ -160,7 +175,11 @@ func (h *harness) startNodeHosts(count int, deadline time.Time) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	note := fmt.Sprintf("%d node agents in %d node host processes ready in %s", h.nodes, count, fmtDur(time.Since(start)))
+	kind := "node agents"
+	if h.s.hollow {
+		kind = "hollow node agents"
+	}
+	note := fmt.Sprintf("%d %s in %d node host processes ready in %s", h.nodes, kind, count, fmtDur(time.Since(start)))
 	logf("%s", note)
 	return note, nil
 }

@@ -78,3 +78,30 @@ func TestParseWatches(t *testing.T) {
 		t.Errorf("String() = %q", got)
 	}
 }
+
+// TestHollowSettings: FLEET_HOLLOW needs nodes, the real agents stop at maxRealNodePods,
+// and hollow hosts come one per hollowHostPods pods, at most one per CPU.
+func TestHollowSettings(t *testing.T) {
+	for _, c := range []struct {
+		pods, nodes, hollow string
+		ok                  bool
+	}{
+		{"1000", "", "true", false},
+		{"20001", "200", "", false},
+		{"20000", "200", "false", true},
+		{"100000", "1000", "true", true},
+		{"1000", "10", "maybe", false},
+	} {
+		t.Setenv("FLEET_PODS", c.pods)
+		t.Setenv("FLEET_NODES", c.nodes)
+		t.Setenv("FLEET_HOLLOW", c.hollow)
+		if _, err := loadSettings(); (err == nil) != c.ok {
+			t.Errorf("FLEET_PODS=%s FLEET_NODES=%s FLEET_HOLLOW=%s: error %v, want ok=%v", c.pods, c.nodes, c.hollow, err, c.ok)
+		}
+	}
+	for _, c := range []struct{ pods, cpus, want int }{{2000, 2, 1}, {25001, 2, 2}, {100000, 2, 2}, {100000, 8, 4}, {1, 1, 1}} {
+		if got := hollowHosts(c.pods, c.cpus); got != c.want {
+			t.Errorf("hollowHosts(%d, %d) = %d, want %d", c.pods, c.cpus, got, c.want)
+		}
+	}
+}

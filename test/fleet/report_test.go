@@ -13,6 +13,7 @@ import (
 
 // report prints the table, and writes it to FLEET_OUT when set.
 func (h *harness) report(rows []row) {
+	rows = append(rows, h.memoryRow())
 	var b strings.Builder
 	commit := "unknown"
 	if out, err := exec.Command("git", "-C", repoRoot, "log", "-1", "--format=%h %s").Output(); err == nil {
@@ -22,9 +23,12 @@ func (h *harness) report(rows []row) {
 		commit += " (with uncommitted changes)"
 	}
 	kinds := strings.Join(h.kinds, ", ")
-	if h.nodes > 0 {
+	switch {
+	case h.s.hollow:
+		fmt.Fprintf(&b, "Fleet benchmark, N=%d synthetic pods on M=%d hollow node agents (make bench-fleet FLEET_HOLLOW=true)\n\n", h.s.pods, h.nodes)
+	case h.nodes > 0:
 		fmt.Fprintf(&b, "Fleet benchmark, N=%d pods on M=%d nodes through node agents (make bench-fleet)\n\n", h.s.pods, h.nodes)
-	} else {
+	default:
 		fmt.Fprintf(&b, "Fleet benchmark, N=%d pods, each writing its own report (make bench-fleet)\n\n", h.s.pods)
 	}
 	if why := h.abortReason(); why != "" {
@@ -39,11 +43,16 @@ func (h *harness) report(rows []row) {
 		fmt.Fprintf(&b, "- operator: the manager binary as a separate process, `%s`\n", strings.Join(h.mgr.args, " "))
 	}
 	st := h.fleet.stats()
-	if h.nodes > 0 {
+	switch {
+	case h.s.hollow:
+		fmt.Fprintf(&b, "- identities: %d hollow node agents (nodeagent.NewHollow: the agent's book, pacing and writer, in %d node host processes) as %s/%s (config/nodeagent's ClusterRole) with their agent pods' node-name, node-uid, pod-name and pod-uid extras; "+
+			"%d Pods bound to the nodes in equal blocks and wired (%s), whose reports are synthetic (hollowpods_test.go); one %s watch per node host process, not per node; the operator as %s/%s (config/rbac); config/flowcontrol and config/policy applied\n",
+			h.nodes, len(h.fleet), operatorNamespace, nodeAgentAccount, len(h.pods), breakerconfig.EnvNodeAgent, breakerconfig.ConfigMapName, operatorNamespace, operatorAccount)
+	case h.nodes > 0:
 		fmt.Fprintf(&b, "- identities: %d node agents (internal/nodeagent, in %d node host processes) as %s/%s (config/nodeagent's ClusterRole) with their agent pods' node-name, node-uid, pod-name and pod-uid extras; "+
-			"pods bound to the nodes in equal blocks, each talking to its node's agent over loopback HTTP with its own bound token (TokenRequest, audience %s); the operator as %s/%s (config/rbac); config/flowcontrol and config/policy applied\n",
-			h.nodes, len(h.fleet), operatorNamespace, nodeAgentAccount, breakerconfig.NodeAgentAudience, operatorNamespace, operatorAccount)
-	} else {
+			"pods bound to the nodes in equal blocks and wired (%s), each talking to its node's agent over loopback HTTP with its own bound token (TokenRequest, audience %s); the operator as %s/%s (config/rbac); config/flowcontrol and config/policy applied\n",
+			h.nodes, len(h.fleet), operatorNamespace, nodeAgentAccount, breakerconfig.EnvNodeAgent, breakerconfig.NodeAgentAudience, operatorNamespace, operatorAccount)
+	default:
 		fmt.Fprintf(&b, "- identities: pods as service account %s of %s with their pod-bound extras, the operator as %s/%s (config/rbac), config/flowcontrol and config/policy applied\n", appServiceAccount, namespace, operatorNamespace, operatorAccount)
 	}
 	fmt.Fprintf(&b, "- writes counted from watch events (ADDED/MODIFIED/DELETED) in the namespace: %s\n", kinds)

@@ -119,7 +119,7 @@ func TestFileSourceWithoutAPI(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "config")
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := kube.StartAgent(ctx, kube.Options{
+	a, err := kube.Connect(ctx, kube.Options{
 		ConfigDir:    dir,
 		PollInterval: 50 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(logWriter(t, &logs), nil)),

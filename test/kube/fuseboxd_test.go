@@ -16,6 +16,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testbin"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -35,9 +36,10 @@ func TestFuseboxdReportsAsItsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	bin, sock, kubeconfig := filepath.Join(base, "fuseboxd"), filepath.Join(base, "f.sock"), filepath.Join(base, "kubeconfig")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/fusebox-dev/fusebox/cmd/fuseboxd").CombinedOutput(); err != nil {
-		t.Fatalf("building fuseboxd: %v\n%s", err, out)
+	sock, kubeconfig := filepath.Join(base, "f.sock"), filepath.Join(base, "kubeconfig")
+	bin, err := testbin.Path(testbin.Fuseboxd)
+	if err != nil {
+		t.Fatalf("building fuseboxd: %v", err)
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
@@ -49,7 +51,7 @@ func TestFuseboxdReportsAsItsPod(t *testing.T) {
 	}
 
 	var logs strings.Builder
-	daemon := exec.Command(bin, "--socket", sock, "--kubeconfig", kubeconfig)
+	daemon := exec.Command(bin, "serve", "--socket", sock, "--kubeconfig", kubeconfig)
 	daemon.Env = append(os.Environ(), "POD_NAME=app", "POD_NAMESPACE="+ns, "POD_UID="+string(uid))
 	daemon.Stderr = &logs
 	if err := daemon.Start(); err != nil {

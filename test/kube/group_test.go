@@ -29,7 +29,7 @@ func TestGroupReport(t *testing.T) {
 	g := in.reg.Group("tenants")
 	g.SetMaxKeys(20)
 	eventually(t, propagation, func() error {
-		if got := g.Policy(); got.MinimumThroughput != p.MinimumThroughput {
+		if got := g.Get("tenant-0").Policy(); got.MinimumThroughput != p.MinimumThroughput {
 			return fmt.Errorf("the Group runs %+v, want the published policy", got)
 		}
 		return nil
@@ -38,7 +38,7 @@ func TestGroupReport(t *testing.T) {
 	ctx := context.Background()
 	key := func(i int) string { return "tenant-" + strconv.Itoa(i) }
 	for i := range 12 {
-		_ = g.Execute(ctx, key(i), ok)
+		_ = g.Get(key(i)).Execute(ctx, ok)
 	}
 	var openedAt time.Time
 	for i := range 3 { // three tenants are down, opened one second apart
@@ -46,8 +46,8 @@ func TestGroupReport(t *testing.T) {
 		if i == 0 {
 			openedAt = clock.Now()
 		}
-		_ = g.Execute(ctx, key(i), fail)
-		_ = g.Execute(ctx, key(i), fail)
+		_ = g.Get(key(i)).Execute(ctx, fail)
+		_ = g.Get(key(i)).Execute(ctx, fail)
 	}
 	groupIs := func(state resiliencev1alpha1.State, reason string, keys resiliencev1alpha1.KeySummary) func() error {
 		return func() error {
@@ -87,7 +87,7 @@ func TestGroupReport(t *testing.T) {
 	writes := in.agent.Stats().Writes
 	for range 100 {
 		for i := 3; i < 12; i++ {
-			_ = g.Execute(ctx, key(i), ok)
+			_ = g.Get(key(i)).Execute(ctx, ok)
 		}
 	}
 	time.Sleep(2500 * time.Millisecond) // two of the writer's re-reads of Group summaries
@@ -108,7 +108,7 @@ func TestGroupReport(t *testing.T) {
 		resiliencev1alpha1.KeySummary{Keys: 5, HalfOpen: 3, Worst: []string{key(2), key(1), key(0)}}))
 	for i := range 3 {
 		for range p.SuccessThreshold {
-			if err := g.Execute(ctx, key(i), ok); err != nil {
+			if err := g.Get(key(i)).Execute(ctx, ok); err != nil {
 				t.Fatalf("probe of %s: %v", key(i), err)
 			}
 		}

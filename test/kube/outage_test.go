@@ -22,8 +22,12 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/kube"
 )
 
-// steadyQuiet is how long converged instances are watched for writes.
-const steadyQuiet = 30 * time.Second
+// steadyQuiet is how long converged instances are watched for writes: longer than any
+// period one of the agent's timers runs on. The longest is the traffic check's, a window
+// and up to a quarter more (12.5 s for these breakers' 10 s window); the others (the
+// earned hold, the Group summaries' re-read, the retries' backoff, capped at 4 and 8 s)
+// are shorter. A write on a timer would show within it.
+var steadyQuiet = testPolicy().Window*5/4 + 2*time.Second
 
 func TestSteadyStateWritesNothing(t *testing.T) {
 	t.Parallel()
@@ -138,7 +142,6 @@ func TestAPIServerOutage(t *testing.T) {
 		stop       = make(chan struct{})
 		wg         sync.WaitGroup
 		calls      = make([]atomic.Int64, len(ins))
-		slowest    atomic.Int64
 		callErrors = make(chan error, 100)
 	)
 	for i, in := range ins {
@@ -150,11 +153,7 @@ func TestAPIServerOutage(t *testing.T) {
 					return
 				default:
 				}
-				start := time.Now()
 				err := b.Execute(context.Background(), ok)
-				d := int64(time.Since(start))
-				for s := slowest.Load(); d > s && !slowest.CompareAndSwap(s, d); s = slowest.Load() {
-				}
 				calls[i].Add(1)
 				if err != nil {
 					select {
@@ -177,6 +176,11 @@ func TestAPIServerOutage(t *testing.T) {
 	callsBefore := counts(calls)
 	// While it is away, a pod's breaker opens: its transition cannot be written yet.
 	ins[1].reg.Get("tripped").Trip()
+	// Away for 10 s: long enough for the agents' retries to back off to their caps (the
+	// report writer's 4 s, the ConfigMap watch's 8 s), so that the return below is
+	// caught up from there. The calls are counted at half time too.
+	time.Sleep(5*time.Second - time.Since(stopped))
+	callsHalfway := counts(calls)
 	time.Sleep(10*time.Second - time.Since(stopped))
 	failedWhileAway := ins[1].agent.Stats().WriteFailures
 	callsAway := counts(calls)
@@ -198,19 +202,19 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Errorf("a call failed: %v", err)
 	}
 	// A call never waits on the network: every pod's calls went on while the API server
-	// was away. How long a call takes is a benchmark's figure (pkg/breaker/kube's
-	// BenchmarkExecuteReported, docs/benchmarks.md), not this test's: the bound below only catches a
-	// call that hung on the API server, which would have waited for its return 10 s after
-	// it left; a busy machine's scheduler, even under -race, comes nowhere near half that.
+	// was away, in each half of the outage. A call that waited on the API server would
+	// have held its pod's caller until the server's return, so that pod would have made
+	// no call from then on. How long a call takes is a benchmark's figure (pkg/breaker/kube's
+	// BenchmarkExecuteReported, docs/benchmarks.md), not this test's.
 	for i, in := range ins {
-		if n := callsAway[i] - callsBefore[i]; n == 0 {
-			t.Errorf("pod %s made no call in the 10 s the API server was away", in.pod)
+		if n := callsHalfway[i] - callsBefore[i]; n == 0 {
+			t.Errorf("pod %s made no call in the first 5 s the API server was away", in.pod)
+		}
+		if n := callsAway[i] - callsHalfway[i]; n == 0 {
+			t.Errorf("pod %s made no call in the last 5 s the API server was away: a call waited on it", in.pod)
 		}
 	}
-	if d := time.Duration(slowest.Load()); d > 5*time.Second {
-		t.Errorf("a call took %v: it waited on the API server", d)
-	}
-	t.Logf("%v calls (%v while the API server was away), slowest %v", counts(calls), diff(callsAway, callsBefore), time.Duration(slowest.Load()))
+	t.Logf("%v calls (%v in the first half of the outage, %v in the second)", counts(calls), diff(callsHalfway, callsBefore), diff(callsAway, callsHalfway))
 
 	for _, in := range ins {
 		in.cancel()
@@ -255,15 +259,16 @@ func TestUnreachableAtStart(t *testing.T) {
 	writeConfigMap(t, ns, map[string]string{"late.json": render(t, "late", 7, p, "Pod", nil)})
 
 	px := startProxy(t, cfg.Host)
-	start := time.Now()
+	// Start returns with the API server unreachable. One that waited for it would wait for
+	// ever; a minute on, the watchdog brings the server up, so that the test fails saying
+	// so rather than hangs.
+	watchdog := time.AfterFunc(time.Minute, px.up)
 	in := startInstance(t, ns, "a", instanceOptions{
 		breakers: []string{"late"},
 		modify:   func(o *kube.Options) { o.Config.Host = px.url() },
 	})
-	// Start returns at once: a Start that waited for the API server would wait until
-	// px.up() below, and this bound is only there to say so instead of hanging.
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("Start took %v with the API server unreachable", d)
+	if !watchdog.Stop() {
+		t.Fatal("Start returned only once the API server could be reached: it waited for it")
 	}
 	if err := policyIs([]*instance{in}, "late", breaker.DefaultPolicy()); err != nil {
 		t.Fatal(err)

@@ -180,7 +180,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 	writeConfigMap(t, ns, map[string]string{"cart.json": render(t, "cart", 1, testPolicy(), "Pod", nil)})
 	var logs syncBuffer
 	actx, cancel := context.WithCancel(ctx)
-	a, err := kube.StartAgent(actx, kube.Options{
+	a, err := kube.Connect(actx, kube.Options{
 		Config: asPodA(true), Namespace: ns, Pod: "pod-a", PodUID: string(uidA),
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, logWriter(t, new(syncBuffer))), nil)),
 	})
@@ -194,7 +194,7 @@ func TestPodWritesOnlyItsOwnReport(t *testing.T) {
 		t.Errorf("agent as pod-a: stats %+v, want no failed write\n%s", s, logs.String())
 	}
 	// An agent told it is pod-b while its token is pod-a's is refused, and says so.
-	b, err := kube.StartAgent(actx, kube.Options{
+	b, err := kube.Connect(actx, kube.Options{
 		Config: asPodA(true), Namespace: ns, Pod: "pod-b", PodUID: string(uidB),
 		Logger: slog.New(slog.DiscardHandler),
 	})

@@ -51,6 +51,8 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// Every parallel test here waits on the API server and on the agents' timers.
+	testutil.WaitingParallelism(8)
 	// controller-runtime's client is the tests' only; its log is not theirs to read.
 	ctrllog.SetLogger(logr.Discard())
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -182,7 +184,7 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 type instance struct {
 	pod    string
 	uid    types.UID // of its Pod object; empty with noPod
-	agent  *kube.Agent
+	agent  *kube.Connection
 	reg    *registry.Registry
 	cancel context.CancelFunc
 	// mutations counts the mutating requests this instance sent to the API server.
@@ -245,7 +247,7 @@ func startInstance(t *testing.T, ns, pod string, opt instanceOptions) *instance 
 		opt.modify(&o)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := kube.StartAgent(ctx, o)
+	a, err := kube.Connect(ctx, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -353,7 +355,7 @@ func wantReason(state resiliencev1alpha1.State, reason string) func(resiliencev1
 // the one the API server accepted. Its Writes count is then complete: the counter moves
 // just after the server answers, so a test that has read the new report may otherwise
 // read the count before it moves.
-func idle(t *testing.T, a *kube.Agent) {
+func idle(t *testing.T, a *kube.Connection) {
 	t.Helper()
 	eventually(t, propagation, func() error {
 		if !a.ReportWritten() {

@@ -29,14 +29,15 @@ func renderFleet(t *testing.T, name string, gen int64, p breaker.Policy, f break
 }
 
 func fleetIs(b *breaker.Breaker, want breaker.Fleet) error {
-	if got, ok := b.Fleet(); !ok || got != want {
-		return fmt.Errorf("breaker %s has fleet %+v (set: %v), want %+v", b.Name(), got, ok, want)
+	if got := b.Traffic().Fleet; got != want {
+		return fmt.Errorf("breaker %s has fleet %+v, want %+v", b.Name(), got, want)
 	}
 	return nil
 }
 
 // Every config applied hands its fleet to the breaker, a breaker created later included.
 func TestAgentHandsTheFleetToItsBreakers(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createBreaker(t, ns, "payments")
 	p := testPolicy()
@@ -79,6 +80,7 @@ func trafficIs(requests, accepts int64) func(resiliencev1alpha1.BreakerReportEnt
 // material threshold is not written at all. The breakers run on a stopped clock, so their
 // window keeps every call; the writer's pace is the wall clock's.
 func TestAgentWritesTrafficAtMostOncePerWindow(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createBreaker(t, ns, "payments")
 	p := testPolicy()
@@ -135,6 +137,7 @@ func TestAgentWritesTrafficAtMostOncePerWindow(t *testing.T) {
 // A change that goes at once (a new config generation, an earned state) does not wait for
 // the traffic's window, and carries the latest traffic.
 func TestAgentCarriesTheLatestTrafficWithAnUrgentWrite(t *testing.T) {
+	t.Parallel()
 	ns := newNamespace(t)
 	createBreaker(t, ns, "payments")
 	p := testPolicy()

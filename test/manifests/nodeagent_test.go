@@ -70,6 +70,27 @@ func TestDefaultDeploysTheNodeAgent(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the node agent's role grants\n%v\nwant exactly\n%v", got, want)
 	}
+	// The readers of GET /v1/pods: their account, and the Role a person is bound to.
+	var reader corev1.ServiceAccount
+	find(t, objs, "ServiceAccount", breakerconfig.NodeAgentReaderName, &reader)
+	var readerRole rbacv1.Role
+	find(t, objs, "Role", breakerconfig.NodeAgentReaderName, &readerRole)
+	wantReader := map[string]map[string][]string{
+		"/serviceaccounts/token": {"create": {breakerconfig.NodeAgentReaderName}},
+		"/pods/proxy":            {"get": nil},
+		"/pods":                  {"list": nil},
+	}
+	gotReader := map[string]map[string][]string{}
+	for _, r := range readerRole.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				gotReader[g+"/"+res] = grants(readerRole.Rules, g, res)
+			}
+		}
+	}
+	if reader.Namespace != ns || readerRole.Namespace != ns || !reflect.DeepEqual(gotReader, wantReader) {
+		t.Errorf("reader account in %q, Role in %q granting\n%v\nwant both in %s, exactly\n%v", reader.Namespace, readerRole.Namespace, gotReader, ns, wantReader)
+	}
 	var binding rbacv1.ClusterRoleBinding
 	find(t, objs, "ClusterRoleBinding", name, &binding)
 	if binding.RoleRef.Name != name || len(binding.Subjects) != 1 ||
@@ -103,8 +124,8 @@ func TestDefaultDeploysTheNodeAgent(t *testing.T) {
 		t.Fatalf("containers %+v, want the agent alone", pod.Containers)
 	}
 	c := pod.Containers[0]
-	if c.Name != "agent" || c.Image != podinject.DefaultSidecarImage || !slices.Contains(c.Args, "--node") {
-		t.Errorf("container %q image %q args %v: want agent, fuseboxd (the Makefile's FUSEBOXD_IMG), --node", c.Name, c.Image, c.Args)
+	if c.Name != "agent" || c.Image != podinject.DefaultSidecarImage || !slices.Equal(c.Args, []string{"node", "--metrics-bind-address=:8477"}) {
+		t.Errorf("container %q image %q args %v: want agent, fuseboxd (the Makefile's FUSEBOXD_IMG), node with its metrics on :8477", c.Name, c.Image, c.Args)
 	}
 	env := map[string]string{}
 	for _, e := range c.Env {
@@ -115,8 +136,9 @@ func TestDefaultDeploysTheNodeAgent(t *testing.T) {
 	if wantEnv := map[string]string{"NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name", "POD_UID": "metadata.uid"}; !reflect.DeepEqual(env, wantEnv) {
 		t.Errorf("downward-API environment %v, want %v", env, wantEnv)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].Name != "agent" || c.Ports[0].ContainerPort != breakerconfig.NodeAgentPort || c.Ports[0].HostPort != 0 {
-		t.Errorf("ports %+v: want %d named agent, no host port", c.Ports, breakerconfig.NodeAgentPort)
+	if len(c.Ports) != 2 || c.Ports[0].Name != "agent" || c.Ports[0].ContainerPort != breakerconfig.NodeAgentPort || c.Ports[0].HostPort != 0 ||
+		c.Ports[1].Name != "metrics" || c.Ports[1].ContainerPort != 8477 || c.Ports[1].HostPort != 0 || !slices.Contains(c.Args, "--metrics-bind-address=:8477") {
+		t.Errorf("ports %+v, args %v: want %d named agent and 8477 named metrics, served by --metrics-bind-address=:8477, no host port", c.Ports, c.Args, breakerconfig.NodeAgentPort)
 	}
 	for probe, path := range map[*corev1.Probe]string{c.ReadinessProbe: "/readyz", c.LivenessProbe: "/healthz"} {
 		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.StrVal != "agent" {

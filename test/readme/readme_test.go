@@ -1,7 +1,9 @@
 // Package readme checks that what the README says about the API matches what the API
 // server does: every YAML example it shows is applied to a real API server, with the
 // operator's webhooks and admission policies installed as config/default installs them,
-// and its stated outcome (the first line of the block) is what happens.
+// and its stated outcome (the first line of the block) is what happens. It also checks
+// that every link of the README leads to a file of the repository and, with an anchor,
+// to one of that file's headings.
 package readme
 
 import (

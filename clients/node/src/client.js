@@ -226,7 +226,7 @@ export class Breaker {
   }
 
   /**
-   * The seed's call(open, close, halfOpen): runs close while the circuit is closed
+   * call(open, close, halfOpen), as utopia-php/circuit-breaker has it: runs close while the circuit is closed
    * (halfOpen, when given, while it probes), and open instead when the call is
    * short-circuited (its cause a CircuitOpen) or fails (its cause what it threw).
    * Without open those are thrown. An AbortError counts for nothing and is thrown.
@@ -308,7 +308,7 @@ export class Breaker {
     }
   }
 
-  /** Opens the circuit now, for every process of the pod (the seed's trip()). */
+  /** Opens the circuit now, for every process of the pod (trip(), as utopia-php/circuit-breaker has it). */
   async trip() {
     const sidecar = this.#client[SIDECAR];
     const answer = await this.#client[EXCHANGE]('trip', 'POST', `/v1/breakers/${encodeURIComponent(this.name)}/trip`, '');

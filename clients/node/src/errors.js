@@ -11,8 +11,9 @@ export class FuseboxError extends Error {
 
 /**
  * A short-circuited call: the circuit is open, half-open with every probe slot taken,
- * held open, out of permits, or (with Unreachable.FAIL_CLOSED) the sidecar could not
- * decide. It is the cause call() gives its open fallback.
+ * held open, out of permits, over its share of the fleet's limit on calls in flight, or
+ * (with Unreachable.FAIL_CLOSED) the sidecar could not decide. It is the cause call()
+ * gives its open fallback.
  */
 export class CircuitOpen extends FuseboxError {
   constructor(breaker, state, reason, retryAfterMs) {

@@ -145,3 +145,25 @@ test('a name that cannot be a CircuitBreaker is thrown', async () => {
   );
   assert.equal(ran, false);
 });
+
+test('a concurrency limit reached is a short-circuit', async () => {
+  // The pod's share of the fleet's limit on calls in flight (docs/design.md §12): one.
+  await daemon.publish('node-bulkhead', { concurrency: { share: 1, pods: 0, generation: 1, maxWait: '0s' } });
+  const c = client();
+  const b = c.breaker('node-bulkhead');
+  const held = await b.acquire();
+  let ran = false;
+  const refused = await b.call({ open: (cause) => cause, close: () => (ran = true) });
+  assert.equal(ran, false, 'a call over the limit ran');
+  assert.ok(refused instanceof CircuitOpen);
+  assert.equal(refused.state, State.CLOSED);
+  assert.equal(refused.reason, 'concurrency');
+  assert.ok(refused.retryAfterMs > 0 && refused.retryAfterMs <= 1000, `retryAfterMs ${refused.retryAfterMs}`);
+  await assert.rejects(b.call({ close: () => 'never' }), (e) => e instanceof CircuitOpen && e.reason === 'concurrency');
+  // The circuit is closed: the refusal is not honoured without asking, and the slot a
+  // release frees is the next call's.
+  assert.equal(await b.release(held, Outcome.SUCCESS), true);
+  assert.equal(await b.call({ open: () => 'fallback', close: () => 'ran' }), 'ran');
+  assert.equal(c.stats().refusedLocally, 0);
+  assert.equal((await b.describe()).concurrency.limited, 2);
+});

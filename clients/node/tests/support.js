@@ -54,7 +54,7 @@ export class Daemon {
     this.socket = path.join(this.base, 'fusebox.sock');
     this.config = path.join(this.base, 'config');
     mkdirSync(this.config);
-    this.proc = spawn(fuseboxdBinary(), ['--socket', this.socket, '--config-dir', this.config], { stdio: 'ignore' });
+    this.proc = spawn(fuseboxdBinary(), ['serve', '--socket', this.socket, '--config-dir', this.config], { stdio: 'ignore' });
   }
 
   /** Writes name's config as the mounted ConfigMap would hold it, and waits until served. */

@@ -36,7 +36,7 @@ final class Breaker
     }
 
     /**
-     * The seed's call(open, close, halfOpen): runs $close while the circuit is closed (or
+     * call(open, close, halfOpen), as utopia-php/circuit-breaker has it: runs $close while the circuit is closed (or
      * $halfOpen, when given, while it probes), and $open instead when the call is
      * short-circuited or when the callback fails. $open receives the cause: a
      * CircuitOpen, or what the callback threw; without $open, that is thrown. A callback
@@ -144,7 +144,7 @@ final class Breaker
         return $this->state() === State::HalfOpen;
     }
 
-    /** Opens the circuit now, for everyone (the seed's trip()). @throws SidecarError */
+    /** Opens the circuit now, for everyone (trip(), as utopia-php/circuit-breaker has it). @throws SidecarError */
     public function trip(): void
     {
         $this->client->trip($this->name);

@@ -167,9 +167,20 @@ final class Client
     }
 
     /**
-     * The breaker as the sidecar serves it: name, state, mode, counts, policy, generation.
+     * The breaker as the sidecar serves it (GET /v1/breakers/{name}; docs/fuseboxd.md): its
+     * policy as the operator publishes it (docs/config-format.md), and what its candidate
+     * policy did, when it has one.
      *
-     * @return array<string, mixed>
+     * @return array{
+     *     name: string,
+     *     state: string,
+     *     mode: string,
+     *     counts: array{calls: int, failures: int, successes: int, slow: int},
+     *     permits: array{held: int, lapsed: int, refusedAtCap: int},
+     *     policy: array<string, mixed>,
+     *     generation: int,
+     *     candidate?: array<string, mixed>
+     * }
      * @throws SidecarError
      */
     public function describe(string $breaker): array

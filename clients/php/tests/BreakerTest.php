@@ -188,4 +188,38 @@ final class BreakerTest extends TestCase
         }
         self::assertFalse($ran);
     }
+
+    public function testAConcurrencyLimitReachedIsAShortCircuit(): void
+    {
+        // The pod's share of the fleet's limit on calls in flight (docs/design.md §12): one.
+        $breaker = $this->publish('php-bulkhead', ['concurrency' => ['share' => 1, 'pods' => 0, 'generation' => 1, 'maxWait' => '0s']]);
+        $held = $breaker->acquire();
+        self::assertInstanceOf(Permit::class, $held);
+        $before = self::$daemon->patientClient()->stats()['refusedLocally'];
+        $ran = false;
+        $refused = $breaker->call(
+            open: fn (\Throwable $cause) => $cause,
+            close: function () use (&$ran) {
+                $ran = true;
+            },
+        );
+        self::assertFalse($ran, 'a call over the limit ran');
+        self::assertInstanceOf(CircuitOpen::class, $refused);
+        self::assertSame(State::Closed, $refused->state);
+        self::assertSame('concurrency', $refused->reason);
+        self::assertGreaterThan(0, $refused->retryAfterMs);
+        self::assertLessThanOrEqual(1000, $refused->retryAfterMs);
+        try {
+            $breaker->call(open: null, close: fn () => 'never');
+            self::fail('no exception');
+        } catch (CircuitOpen $e) {
+            self::assertSame('concurrency', $e->reason);
+        }
+        // The circuit is closed: the refusal is not honoured without asking, and the slot a
+        // release frees is the next call's.
+        self::assertTrue($breaker->release($held, Outcome::Success));
+        self::assertSame('ran', $breaker->call(open: fn () => 'fallback', close: fn () => 'ran'));
+        self::assertSame($before, self::$daemon->patientClient()->stats()['refusedLocally']);
+        self::assertSame(2, self::$daemon->patientClient()->describe('php-bulkhead')['concurrency']['limited']);
+    }
 }

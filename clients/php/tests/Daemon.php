@@ -32,7 +32,7 @@ final class Daemon
         $this->socket = $this->base . '/fusebox.sock';
         $this->config = $this->base . '/config';
         mkdir($this->config);
-        $cmd = [self::binary(), '--socket', $this->socket, '--config-dir', $this->config];
+        $cmd = [self::binary(), 'serve', '--socket', $this->socket, '--config-dir', $this->config];
         $proc = proc_open($cmd, [0 => ['file', '/dev/null', 'r'], 1 => ['file', '/dev/null', 'w'], 2 => ['file', '/dev/null', 'w']], $pipes);
         Assert::assertIsResource($proc, 'starting fuseboxd');
         $this->proc = $proc;

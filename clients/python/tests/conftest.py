@@ -60,7 +60,7 @@ class Daemon:
         self.config = self.base / "config"
         self.config.mkdir()
         self.proc = subprocess.Popen(
-            [binary, "--socket", self.socket, "--config-dir", str(self.config)],
+            [binary, "serve", "--socket", self.socket, "--config-dir", str(self.config)],
             stderr=subprocess.DEVNULL,
         )
         eventually("fuseboxd to be ready", lambda: self.proc.poll() is not None or _get_status(self.socket, "/readyz") == 200)

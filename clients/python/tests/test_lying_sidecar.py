@@ -65,7 +65,7 @@ def test_an_undecided_acquire_runs_the_call_once_and_keeps_its_result(
     sidecar = lying({"acquire": UNDECIDED[lie], "release": answer("204 No Content")})
     client = fusebox.Client(sidecar.socket, timeout_ms=2000, backoff_ms=600_000)
     ran: list[int] = []
-    result = client.breaker("payments-api").call(open=lambda c: "fallback", close=lambda: ran.append(1) or "result")
+    result = client.breaker("payments-api").call(fallback=lambda c: "fallback", close=lambda: ran.append(1) or "result")
     assert result == "result"
     assert ran == [1]
     assert sidecar.asked == ["acquire"], "released a permit it never got"
@@ -79,7 +79,7 @@ def test_every_429_is_a_short_circuit(lie: str, lying: Callable[[dict[str, bytes
     sidecar = lying({"acquire": raw})
     client = fusebox.Client(sidecar.socket, timeout_ms=2000, max_retry_after_ms=0)
     ran: list[int] = []
-    cause = client.breaker("payments-api").call(open=lambda c: c, close=lambda: ran.append(1))
+    cause = client.breaker("payments-api").call(fallback=lambda c: c, close=lambda: ran.append(1))
     assert ran == [], "a refusal ran the call"
     assert isinstance(cause, fusebox.CircuitOpen)
     assert cause.retry_after_ms == retry_after_ms
@@ -101,7 +101,7 @@ def test_a_lying_release_keeps_the_result(
             raise RuntimeError("down")
         return "result"
 
-    result = b.call(open=lambda c: f"fallback after {c}", close=run)
+    result = b.call(fallback=lambda c: f"fallback after {c}", close=run)
     assert result == ("result" if outcome == "returns" else "fallback after down")
     # A kept-alive connection closed under a request is tried once more on a new one.
     assert sidecar.asked in (["acquire", "release"], ["acquire", "release", "release"])
@@ -132,7 +132,7 @@ def test_asyncio_an_undecided_acquire_keeps_the_result(lie: str, lying: Callable
         async def run() -> str:
             return "result"
 
-        assert await client.breaker("payments-api").call(open=lambda c: "fallback", close=run) == "result"
+        assert await client.breaker("payments-api").call(fallback=lambda c: "fallback", close=run) == "result"
         assert client.unreachable is not None
 
     asyncio.run(scenario())
@@ -159,5 +159,5 @@ def test_only_an_open_circuits_retry_after_is_honoured(
     sidecar = lying({"acquire": answer("429 Too Many Requests", body)})
     b = fusebox.Client(sidecar.socket, timeout_ms=2000, max_retry_after_ms=60_000).breaker("payments-api")
     for _ in range(3):
-        assert isinstance(b.call(open=lambda c: c, close=lambda: "never"), fusebox.CircuitOpen)
+        assert isinstance(b.call(fallback=lambda c: c, close=lambda: "never"), fusebox.CircuitOpen)
     assert sidecar.asked == ["acquire"] * asks

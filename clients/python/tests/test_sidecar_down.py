@@ -28,10 +28,10 @@ def test_missing_socket_fails_open_without_touching_it(tmp_path: Path, caplog: p
     client = fusebox.Client(missing, backoff_ms=LONG_BACKOFF_MS)
     b = client.breaker("payments-api")
     with caplog.at_level(logging.INFO, logger="fusebox"):
-        assert b.call(open=lambda c: "fallback", close=lambda: "called") == "called"
+        assert b.call(fallback=lambda c: "fallback", close=lambda: "called") == "called"
         assert client.stats().connects == 1
         for i in range(1000):
-            assert b.call(open=lambda c: "fallback", close=lambda: i) == i
+            assert b.call(fallback=lambda c: "fallback", close=lambda: i) == i
     stats = client.stats()
     assert (stats.connects, stats.requests) == (1, 0), "a call tried the socket while backing off"
     assert stats.failed_open == 1001
@@ -63,7 +63,7 @@ def test_fail_closed_short_circuits_while_unreachable(tmp_path: Path) -> None:
     client = fusebox.Client(str(tmp_path / "none.sock"), backoff_ms=LONG_BACKOFF_MS)
     strict = client.breaker("payments-api", when_unreachable=fusebox.Unreachable.FAIL_CLOSED)
     ran: list[int] = []
-    cause = strict.call(open=lambda c: c, close=lambda: ran.append(1))
+    cause = strict.call(fallback=lambda c: c, close=lambda: ran.append(1))
     assert isinstance(cause, fusebox.CircuitOpen) and cause.reason == "unreachable"
     assert ran == []
     assert strict.state() is fusebox.State.OPEN
@@ -80,10 +80,10 @@ def test_hung_sidecar_costs_one_timeout_then_nothing(own_daemon: Daemon, caplog:
     try:
         with caplog.at_level(logging.WARNING, logger="fusebox"):
             # The first call waits for the timeout, then runs.
-            assert b.call(open=lambda c: "fallback", close=lambda: "first") == "first"
+            assert b.call(fallback=lambda c: "fallback", close=lambda: "first") == "first"
             seen = client.stats()
             for i in range(200):
-                assert b.call(open=lambda c: "fallback", close=lambda: i) == i
+                assert b.call(fallback=lambda c: "fallback", close=lambda: i) == i
         after = client.stats()
         assert (after.connects, after.requests) == (seen.connects, seen.requests), "a call touched the hung sidecar"
         assert after.failed_open == seen.failed_open + 200

@@ -32,12 +32,12 @@ def test_closed_open_half_open_closed(daemon: Daemon) -> None:
         raise Down("payments-api is down")
 
     for _ in range(4):
-        assert b.call(open=fallback, close=failing) == "fallback"
+        assert b.call(fallback=fallback, close=failing) == "fallback"
     assert all(isinstance(c, Down) for c in causes)
     assert b.state() is fusebox.State.OPEN
 
     ran: list[str] = []
-    refused = b.call(open=lambda cause: cause, close=lambda: ran.append("close"))
+    refused = b.call(fallback=lambda cause: cause, close=lambda: ran.append("close"))
     assert ran == [], "an open circuit ran the protected call"
     assert isinstance(refused, fusebox.CircuitOpen)
     assert (refused.state, refused.reason) == (fusebox.State.OPEN, "open")
@@ -49,7 +49,7 @@ def test_closed_open_half_open_closed(daemon: Daemon) -> None:
 
     def probe_once() -> bool:
         result = b.call(
-            open=lambda cause: "fallback",
+            fallback=lambda cause: "fallback",
             close=lambda: used.append("close") or "closed",
             half_open=lambda: used.append("half_open") or "probed",
         )
@@ -58,7 +58,7 @@ def test_closed_open_half_open_closed(daemon: Daemon) -> None:
     eventually("a probe after the open timeout", probe_once)
     assert used == ["half_open"]
     assert b.state() is fusebox.State.CLOSED
-    assert b.call(open=lambda c: "fallback", close=lambda: "ok", half_open=lambda: "probed") == "ok"
+    assert b.call(fallback=lambda c: "fallback", close=lambda: "ok", half_open=lambda: "probed") == "ok"
     assert client.unreachable is None
     client.close()
 
@@ -79,12 +79,12 @@ def test_retry_after_is_honoured_without_asking(daemon: Daemon) -> None:
     client = fusebox.Client(daemon.socket, max_retry_after_ms=60_000, **PATIENT)
     b = client.breaker("py-retry-after")
     b.trip()
-    first = b.call(open=lambda cause: cause, close=lambda: "never")
+    first = b.call(fallback=lambda cause: cause, close=lambda: "never")
     assert isinstance(first, fusebox.CircuitOpen)
     assert 25_000 < first.retry_after_ms <= 30_000
     asked = client.stats().requests
     for _ in range(50):
-        again = b.call(open=lambda cause: cause, close=lambda: "never")
+        again = b.call(fallback=lambda cause: cause, close=lambda: "never")
         assert isinstance(again, fusebox.CircuitOpen)
         assert again.retry_after_ms <= first.retry_after_ms
         assert again.reason == "open"
@@ -94,7 +94,7 @@ def test_retry_after_is_honoured_without_asking(daemon: Daemon) -> None:
     # With no Retry-After honoured, every call asks.
     eager = fusebox.Client(daemon.socket, max_retry_after_ms=0, **PATIENT)
     for _ in range(3):
-        eager.breaker("py-retry-after").call(open=lambda cause: cause, close=lambda: "never")
+        eager.breaker("py-retry-after").call(fallback=lambda cause: cause, close=lambda: "never")
     assert eager.stats().requests == 3
 
 
@@ -117,8 +117,8 @@ def test_every_client_sees_the_same_breaker(daemon: Daemon) -> None:
     daemon.publish("py-shared", minimumThroughput=2, openTimeout="30s")
     a = fusebox.Client(daemon.socket, **PATIENT).breaker("py-shared")
     other = fusebox.Client(daemon.socket, **PATIENT).breaker("py-shared")
-    a.call(open=lambda c: None, close=lambda: (_ for _ in ()).throw(Down()))
-    other.call(open=lambda c: None, close=lambda: (_ for _ in ()).throw(Down()))
+    a.call(fallback=lambda c: None, close=lambda: (_ for _ in ()).throw(Down()))
+    other.call(fallback=lambda c: None, close=lambda: (_ for _ in ()).throw(Down()))
     assert a.state() is fusebox.State.OPEN
     assert other.state() is fusebox.State.OPEN
 
@@ -127,7 +127,7 @@ def test_an_exception_that_is_no_failure_is_raised_and_counts_as_success(daemon:
     daemon.publish("py-classify", minimumThroughput=2, openTimeout="30s")
     b = fusebox.Client(daemon.socket, **PATIENT).breaker("py-classify", is_failure=lambda e: not isinstance(e, KeyError))
     with pytest.raises(KeyError):
-        b.call(open=lambda c: "fallback", close=lambda: {}["missing"])
+        b.call(fallback=lambda c: "fallback", close=lambda: {}["missing"])
     counts = b.describe()["counts"]
     assert (counts["calls"], counts["failures"]) == (1, 0)
 
@@ -136,7 +136,7 @@ def test_a_name_that_cannot_be_a_circuit_breaker_is_raised(daemon: Daemon) -> No
     b = fusebox.Client(daemon.socket, **PATIENT).breaker("Not_A_Name")
     ran = []
     with pytest.raises(fusebox.SidecarError) as refused:
-        b.call(open=lambda c: "fallback", close=lambda: ran.append(1))
+        b.call(fallback=lambda c: "fallback", close=lambda: ran.append(1))
     assert refused.value.status == 400
     assert not isinstance(refused.value, fusebox.SidecarUnreachable)
     assert ran == []
@@ -155,17 +155,17 @@ def test_asyncio_closed_open_half_open_closed(daemon: Daemon) -> None:
             async def fallback(cause: Exception) -> str:
                 return "fallback"
 
-            results = await asyncio.gather(*(b.call(open=fallback, close=failing) for _ in range(4)))
+            results = await asyncio.gather(*(b.call(fallback=fallback, close=failing) for _ in range(4)))
             assert results == ["fallback"] * 4
             assert await b.state() is fusebox.State.OPEN
-            refused = await b.call(open=lambda cause: cause, close=failing)
+            refused = await b.call(fallback=lambda cause: cause, close=failing)
             assert isinstance(refused, fusebox.CircuitOpen) and refused.reason == "open"
 
             async def probed() -> str:
                 return "probed"
 
             deadline = asyncio.get_running_loop().time() + 30
-            while await b.call(open=fallback, close=failing, half_open=probed) != "probed":
+            while await b.call(fallback=fallback, close=failing, half_open=probed) != "probed":
                 assert asyncio.get_running_loop().time() < deadline, "no probe within 30s of the open timeout"
                 await asyncio.sleep(0.01)
             assert await b.state() is fusebox.State.CLOSED
@@ -175,7 +175,7 @@ def test_asyncio_closed_open_half_open_closed(daemon: Daemon) -> None:
                 await asyncio.sleep(60)
                 return "never"
 
-            task = asyncio.ensure_future(b.call(open=fallback, close=slow))
+            task = asyncio.ensure_future(b.call(fallback=fallback, close=slow))
             await asyncio.sleep(0.05)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -187,3 +187,50 @@ def test_asyncio_closed_open_half_open_closed(daemon: Daemon) -> None:
             assert (await b.describe())["counts"]["failures"] == 0
 
     asyncio.run(scenario())
+
+
+def test_open_keyword_still_works_and_warns(daemon: Daemon) -> None:
+    """call()'s fallback was named open=, which shadowed the builtin: the old name still
+    runs it, with a DeprecationWarning; both names at once, or another keyword, are a
+    TypeError."""
+    daemon.publish("py-renamed")
+    b = fusebox.Client(daemon.socket, **PATIENT).breaker("py-renamed")
+
+    def failing() -> str:
+        raise Down("down")
+
+    with pytest.warns(DeprecationWarning, match="fallback="):
+        assert b.call(open=lambda cause: "old name", close=failing) == "old name"
+    with pytest.raises(TypeError, match="both"):
+        b.call(open=lambda c: "x", fallback=lambda c: "y", close=failing)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'opne'"):
+        b.call(opne=lambda c: "x", close=failing)
+
+    async def old_name() -> str:
+        return await AsyncClient(daemon.socket, **PATIENT).breaker("py-renamed").call(open=lambda c: "async old name", close=failing)
+
+    with pytest.warns(DeprecationWarning, match="fallback="):
+        assert asyncio.run(old_name()) == "async old name"
+
+
+def test_a_concurrency_limit_reached_is_a_short_circuit(daemon: Daemon) -> None:
+    # The pod's share of the fleet's limit on calls in flight (docs/design.md §12): one.
+    daemon.publish("py-bulkhead", concurrency={"share": 1, "pods": 0, "generation": 1, "maxWait": "0s"})
+    client = fusebox.Client(daemon.socket, **PATIENT)
+    b = client.breaker("py-bulkhead")
+    held = b.acquire()
+    ran: list[str] = []
+    refused = b.call(fallback=lambda cause: cause, close=lambda: ran.append("close"))
+    assert ran == [], "a call over the limit ran"
+    assert isinstance(refused, fusebox.CircuitOpen)
+    assert (refused.state, refused.reason) == (fusebox.State.CLOSED, "concurrency")
+    assert 0 < refused.retry_after_ms <= 1000
+    with pytest.raises(fusebox.CircuitOpen) as raised:
+        b.call(close=lambda: "never")
+    assert raised.value.reason == "concurrency"
+    # The circuit is closed: the refusal is not honoured without asking, and the slot a
+    # release frees is the next call's.
+    assert b.release(held, fusebox.Outcome.SUCCESS) is True
+    assert b.call(fallback=lambda cause: "fallback", close=lambda: "ran") == "ran"
+    assert client.stats().refused_locally == 0
+    assert b.describe()["concurrency"]["limited"] == 2

@@ -20,6 +20,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/internal/testbin"
+	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
 
 const (
@@ -47,7 +50,7 @@ func Skip(t *testing.T, msg string) {
 	t.Skip(msg)
 }
 
-// Run builds fuseboxd, runs workers processes against it and an upstream that is down,
+// Run builds fuseboxd (internal/testbin: once for every suite), runs workers processes against it and an upstream that is down,
 // then recovers, and checks what each of them saw.
 func Run(t *testing.T, workers int, start Worker) {
 	t.Helper()
@@ -56,9 +59,10 @@ func Run(t *testing.T, workers int, start Worker) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	bin, sock, dir, stop := filepath.Join(base, "fuseboxd"), filepath.Join(base, "f.sock"), filepath.Join(base, "config"), filepath.Join(base, "stop")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/fusebox-dev/fusebox/cmd/fuseboxd").CombinedOutput(); err != nil {
-		t.Fatalf("building fuseboxd: %v\n%s", err, out)
+	sock, dir, stop := filepath.Join(base, "f.sock"), filepath.Join(base, "config"), filepath.Join(base, "stop")
+	bin, err := testbin.Path(testbin.Fuseboxd)
+	if err != nil {
+		t.Fatalf("building fuseboxd: %v", err)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -66,7 +70,7 @@ func Run(t *testing.T, workers int, start Worker) {
 	if err := os.WriteFile(filepath.Join(dir, Breaker+".json"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	daemon := exec.Command(bin, "--socket", sock, "--config-dir", dir)
+	daemon := exec.Command(bin, "serve", "--socket", sock, "--config-dir", dir)
 	if err := daemon.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +192,5 @@ func (o *output) String() string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", patience, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, patience, 10*time.Millisecond, what, cond)
 }

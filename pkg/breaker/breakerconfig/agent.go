@@ -1,8 +1,10 @@
 package breakerconfig
 
+import "time"
+
 // The node agent's API (docs/design.md §9): the wire between an application pod (the Go
-// library's kube agent, or the pod's fuseboxd) and fuseboxd --node, the agent of the
-// pod's node, which carries every pod's report and config for its node. This file is its
+// library's connection, pkg/breaker/kube, or the pod's fuseboxd serve) and fuseboxd node,
+// the agent of the pod's node, which carries every pod's report and config for its node. This file is its
 // one definition; both ends import it.
 
 // The NodeBreakerReport resource: one per node per namespace with reporting pods, named
@@ -71,9 +73,9 @@ const (
 	AgentWatchParam = "watch"
 	// AgentStreamType is the Content-Type of the stream: one ConfigSnapshot per line.
 	AgentStreamType = "application/x-ndjson"
-	// MaxAgentEntries is the most entries an AgentReport may hold: the bound the
-	// NodeBreakerReport schema puts on one pod's line (api/v1alpha1.MaxNodePodBreakers),
-	// lower than a BreakerReport's MaxReportEntries.
+	// MaxAgentEntries is the most entries an AgentReport may hold, lower than a
+	// BreakerReport's MaxReportEntries, so that one pod's report always fits a
+	// NodeBreakerReport's entries (api/v1alpha1.MaxNodeReportEntries).
 	MaxAgentEntries = 100
 	// MaxAgentReportSize bounds the body of PUT AgentReportPath, in bytes: MaxAgentEntries
 	// entries each at their largest (a 1,024-character configError, five 253-character key
@@ -113,4 +115,58 @@ type AgentReport struct {
 type AgentAck struct {
 	// Agent identifies the running agent, as ConfigSnapshot.Agent does.
 	Agent string `json:"agent"`
+}
+
+// AgentHeartbeatInterval is how often the agent writes a heartbeat on a config stream
+// that has had nothing else to say: a line with nothing but its newline, which a JSON
+// reader of the stream skips. A stream whose peer is gone is then noticed on either side
+// within AgentStreamTimeout: the agent's write of a heartbeat fails, and a pod that read
+// nothing for that long reconnects.
+const (
+	AgentHeartbeatInterval = 10 * time.Second
+	AgentStreamTimeout     = 30 * time.Second
+)
+
+// Per-pod detail on demand (docs/design.md §9): a node report carries what its pods add up
+// to, and the agent serves their lines. GET AgentPodsPath?namespace=NS&breaker=NAME
+// answers AgentPods: every pod of the node that reports breaker NAME in namespace NS,
+// with its whole report (breaker is optional: all of the namespace's). It is for the
+// operator and for `kubectl fusebox pods`, never for a pod: it accepts only the tokens
+// (audience NodeAgentAudience) of the service accounts NodeAgentReaders names, in the
+// agent's own namespace, and answers 403 to a pod's. The plugin reaches each agent
+// through the API server's pods/proxy subresource, which keeps the request's
+// Authorization for itself: the token then travels in AgentTokenHeader.
+const (
+	AgentPodsPath        = "/v1/pods"
+	AgentPodsNamespace   = "namespace"
+	AgentPodsBreaker     = "breaker"
+	AgentTokenHeader     = "X-Fusebox-Node-Agent-Token"
+	NodeAgentReaderName  = "fusebox-node-reader"
+	OperatorAccountName  = "fusebox-controller-manager"
+	MaxAgentPodsRequests = 8 // served at once; more get 503
+)
+
+// NodeAgentReaders are the service accounts, of the agent's namespace, whose tokens may
+// read AgentPodsPath: the one `kubectl fusebox pods` requests a token of (the Role
+// fusebox-node-reader lets a user do that and reach the agents through pods/proxy), and
+// the operator's.
+var NodeAgentReaders = []string{NodeAgentReaderName, OperatorAccountName}
+
+// AgentPods answers GET AgentPodsPath.
+type AgentPods struct {
+	// Node is the agent's node; Agent its identity, as ConfigSnapshot.Agent.
+	Node  string `json:"node"`
+	Agent string `json:"agent"`
+	// Pods are the node's pods that report, in namespace and name order.
+	Pods []AgentPod `json:"pods"`
+}
+
+// AgentPod is one pod's report, as the agent holds it.
+type AgentPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// Revision is the pod's revision, from its labels in the agent's pod cache.
+	Revision string        `json:"revision,omitempty"`
+	Breakers []ReportEntry `json:"breakers"`
 }

@@ -27,8 +27,8 @@ func TestParseReadsTheCandidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Candidate{OpenTimeout: Duration(30 * time.Second), Window: Duration(10 * time.Second), FailureRatio: 0.2,
-		MinimumThroughput: 10, SuccessThreshold: 2, HalfOpenPermittedCalls: 1}
+	want := Candidate{Policy{OpenTimeout: Duration(30 * time.Second), Window: Duration(10 * time.Second), FailureRatio: 0.2,
+		MinimumThroughput: 10, SuccessThreshold: 2, HalfOpenPermittedCalls: 1}}
 	if c.Candidate == nil || *c.Candidate != want {
 		t.Fatalf("candidate %+v, want %+v", c.Candidate, want)
 	}

@@ -6,34 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 )
 
 // Config is one breaker's published configuration. Field order is the order of
-// the rendered JSON.
+// the rendered JSON, the policy's fields inline where Policy is embedded.
 type Config struct {
 	Name       string `json:"name"`
 	Generation int64  `json:"generation"`
 	// UID is the CircuitBreaker's UID: a breaker deleted and created again under
 	// the same name is a new document, which pods report afresh.
-	UID                    string   `json:"uid,omitempty"`
-	OpenTimeout            Duration `json:"openTimeout"`
-	Window                 Duration `json:"window"`
-	FailureRatio           float64  `json:"failureRatio"`
-	MinimumThroughput      int      `json:"minimumThroughput"`
-	SuccessThreshold       int      `json:"successThreshold"`
-	HalfOpenPermittedCalls int      `json:"halfOpenPermittedCalls"`
-	Mode                   string   `json:"mode"`
-	Scope                  string   `json:"scope"`
-	// SlowCallDuration and SlowCallRatio judge slow calls (docs/design.md §5.13); both are
-	// left out when slow calls are not judged.
-	SlowCallDuration Duration `json:"slowCallDuration,omitempty"`
-	SlowCallRatio    float64  `json:"slowCallRatio,omitempty"`
-	// MaxOpenTimeout backs off consecutive open periods up to it; left out for no
-	// backoff.
-	MaxOpenTimeout Duration `json:"maxOpenTimeout,omitempty"`
+	UID string `json:"uid,omitempty"`
+	// Policy is the enforced policy, its fields at the document's top level.
+	Policy
+	Mode  string `json:"mode"`
+	Scope string `json:"scope"`
 	// RetryBudget and Throttle are the fleet-aware policies of docs/design.md §5.15 and
 	// §5.16; each is left out when not set.
 	RetryBudget *RetryBudget `json:"retryBudget,omitempty"`
@@ -41,12 +29,35 @@ type Config struct {
 	// Fleet is what the operator counts of the pods that report the breaker, written
 	// only with RetryBudget or Throttle (docs/design.md §4).
 	Fleet *Fleet `json:"fleet,omitempty"`
+	// Concurrency is the pod's share of the fleet's limit on calls in flight
+	// (docs/design.md §12), written only while the CircuitBreaker has one.
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
 	// Verdict is the fleet's shared verdict, written by the operator only for
 	// scope Fleet and only while it has one (docs/design.md §5.12).
 	Verdict *Verdict `json:"verdict,omitempty"`
 	// Candidate is the policy the pods judge in shadow, written only while the
 	// CircuitBreaker has one (docs/design.md §11).
 	Candidate *Candidate `json:"candidate,omitempty"`
+}
+
+// Policy is a published policy: the document's own, the one its breaker enforces, and
+// its candidate's (Candidate), under the same names and spellings. The operator renders
+// every field (docs/design.md §3 resolved, each percent as a ratio), so a reader needs
+// nothing else to run it; only the optional judgements are left out when not set.
+type Policy struct {
+	OpenTimeout            Duration `json:"openTimeout"`
+	Window                 Duration `json:"window"`
+	FailureRatio           float64  `json:"failureRatio"`
+	MinimumThroughput      int      `json:"minimumThroughput"`
+	SuccessThreshold       int      `json:"successThreshold"`
+	HalfOpenPermittedCalls int      `json:"halfOpenPermittedCalls"`
+	// SlowCallDuration and SlowCallRatio judge slow calls (docs/design.md §5.13); both are
+	// left out when slow calls are not judged (a ratio left out is 1).
+	SlowCallDuration Duration `json:"slowCallDuration,omitempty"`
+	SlowCallRatio    float64  `json:"slowCallRatio,omitempty"`
+	// MaxOpenTimeout backs off consecutive open periods up to it; left out for no
+	// backoff.
+	MaxOpenTimeout Duration `json:"maxOpenTimeout,omitempty"`
 }
 
 // RetryBudget is the retry budget of docs/design.md §5.15 on the wire.
@@ -105,7 +116,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // Validate reports what a reader must refuse in c: the first bad field of its identity,
-// verdict, retry budget, throttle or fleet counts, or else every bad field of its policy.
+// verdict, retry budget, throttle, concurrency or fleet counts, or else every bad field of
+// its policy.
 // A document it accepts is one every breaker can run: the pods turn it into their
 // library's policy without judging it again (pkg/breaker/kube's PolicyOf).
 func (c Config) Validate() error {
@@ -136,17 +148,23 @@ func (c Config) Validate() error {
 	if err := c.validateFleetPolicies(); err != nil {
 		return err
 	}
-	if err := c.validatePolicy(); err != nil {
-		return err
+	errs := c.problems("")
+	switch c.Mode {
+	case "", ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed:
+	default:
+		errs = append(errs, fmt.Errorf("mode: must be one of %s, %s, %s, %s, got %q", ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed, c.Mode))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	if c.Candidate != nil {
-		return errors.Join(c.Candidate.validate()...)
+		return errors.Join(c.Candidate.problems("candidate.")...)
 	}
 	return nil
 }
 
-// validateFleetPolicies reports the first field of the retry budget, the throttle or the
-// fleet counts that a reader must refuse. Only what makes them meaningless is refused
+// validateFleetPolicies reports the first field of the retry budget, the throttle, the
+// concurrency limit or the fleet counts that a reader must refuse. Only what makes them meaningless is refused
 // (a negative count, k below 1); the CRD's tighter bounds (docs/design.md §3) are the
 // operator's.
 func (c Config) validateFleetPolicies() error {
@@ -162,6 +180,11 @@ func (c Config) validateFleetPolicies() error {
 		// Written so that NaN, which no JSON carries but a Go caller might, fails too.
 		return fmt.Errorf("throttle.k: must be a finite number of at least 1, got %v", t.K)
 	}
+	if k := c.Concurrency; k != nil {
+		if err := k.validate(); err != nil {
+			return err
+		}
+	}
 	if f := c.Fleet; f != nil {
 		for _, n := range []struct {
 			field string
@@ -175,54 +198,49 @@ func (c Config) validateFleetPolicies() error {
 	return nil
 }
 
-// validatePolicy refuses the policy fields no breaker could run: a duration, ratio or count
-// out of range, a mode that is none of the four, a backoff ceiling below the open timeout.
-// The operator renders every field, so a zero one is a broken document, refused like any
-// other bad value, although a zero field of the library's own Policy means its default.
-// As the retry budget's and the throttle's, these bounds are the widest a breaker can
-// use; the CRD's tighter ones are the operator's.
-func (c Config) validatePolicy() error {
+// problems lists the fields of p no breaker could run, each named with prefix: a duration,
+// ratio or count out of range, a backoff ceiling below the open timeout. The operator
+// renders every field, so a zero one is a broken document, refused like any other bad
+// value, although a zero field of the library's own Policy means its default. As the
+// retry budget's and the throttle's, these bounds are the widest a breaker can use; the
+// CRD's tighter ones are the operator's.
+func (p Policy) problems(prefix string) []error {
 	var errs []error
 	refuse := func(field, want string, got any) {
-		errs = append(errs, fmt.Errorf("%s: must be %s, got %v", field, want, got))
+		errs = append(errs, fmt.Errorf("%s%s: must be %s, got %v", prefix, field, want, got))
 	}
-	if c.OpenTimeout <= 0 {
-		refuse("openTimeout", "greater than 0", time.Duration(c.OpenTimeout))
+	if p.OpenTimeout <= 0 {
+		refuse("openTimeout", "greater than 0", time.Duration(p.OpenTimeout))
 	}
-	if c.Window <= 0 {
-		refuse("window", "greater than 0", time.Duration(c.Window))
+	if p.Window <= 0 {
+		refuse("window", "greater than 0", time.Duration(p.Window))
 	}
 	// The negated comparisons refuse NaN too, which a Go caller can set although no JSON
 	// carries it.
-	if !(c.FailureRatio > 0 && c.FailureRatio <= 1) {
-		refuse("failureRatio", "greater than 0 and at most 1", c.FailureRatio)
+	if !(p.FailureRatio > 0 && p.FailureRatio <= 1) {
+		refuse("failureRatio", "greater than 0 and at most 1", p.FailureRatio)
 	}
 	for _, n := range []struct {
 		field string
 		v     int
-	}{{"minimumThroughput", c.MinimumThroughput}, {"successThreshold", c.SuccessThreshold}, {"halfOpenPermittedCalls", c.HalfOpenPermittedCalls}} {
+	}{{"minimumThroughput", p.MinimumThroughput}, {"successThreshold", p.SuccessThreshold}, {"halfOpenPermittedCalls", p.HalfOpenPermittedCalls}} {
 		if n.v < 1 {
 			refuse(n.field, "at least 1", n.v)
 		}
 	}
-	switch c.Mode {
-	case "", ModeEnforce, ModeMetricsOnly, ModeForcedOpen, ModeForcedClosed:
-	default:
-		refuse("mode", "one of "+ModeEnforce+", "+ModeMetricsOnly+", "+ModeForcedOpen+", "+ModeForcedClosed, strconv.Quote(c.Mode))
+	if p.SlowCallDuration < 0 {
+		refuse("slowCallDuration", "at least 0 (0: no call is judged slow)", time.Duration(p.SlowCallDuration))
 	}
-	if c.SlowCallDuration < 0 {
-		refuse("slowCallDuration", "at least 0 (0: no call is judged slow)", time.Duration(c.SlowCallDuration))
-	}
-	if !(c.SlowCallRatio >= 0 && c.SlowCallRatio <= 1) {
-		refuse("slowCallRatio", "between 0 and 1 (0 or left out: 1)", c.SlowCallRatio)
+	if !(p.SlowCallRatio >= 0 && p.SlowCallRatio <= 1) {
+		refuse("slowCallRatio", "between 0 and 1 (0 or left out: 1)", p.SlowCallRatio)
 	}
 	switch {
-	case c.MaxOpenTimeout < 0:
-		refuse("maxOpenTimeout", "at least 0 (0: no backoff)", time.Duration(c.MaxOpenTimeout))
-	case c.MaxOpenTimeout > 0 && c.OpenTimeout > 0 && c.MaxOpenTimeout < c.OpenTimeout:
-		refuse("maxOpenTimeout", "at least openTimeout ("+time.Duration(c.OpenTimeout).String()+")", time.Duration(c.MaxOpenTimeout))
+	case p.MaxOpenTimeout < 0:
+		refuse("maxOpenTimeout", "at least 0 (0: no backoff)", time.Duration(p.MaxOpenTimeout))
+	case p.MaxOpenTimeout > 0 && p.OpenTimeout > 0 && p.MaxOpenTimeout < p.OpenTimeout:
+		refuse("maxOpenTimeout", "at least "+prefix+"openTimeout ("+time.Duration(p.OpenTimeout).String()+")", time.Duration(p.MaxOpenTimeout))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Marshal renders c as the published JSON document.
@@ -238,24 +256,30 @@ func Parse(data []byte) (Config, error) {
 	// field name: encoding/json does not add it to an Unmarshaler's error.
 	type wire Config
 	type wireVerdict Verdict
+	type wireConcurrency Concurrency
 	var raw struct {
 		wire
-		OpenTimeout      *string `json:"openTimeout"`
-		Window           *string `json:"window"`
-		SlowCallDuration *string `json:"slowCallDuration"`
-		MaxOpenTimeout   *string `json:"maxOpenTimeout"`
-		Verdict          *struct {
+		rawDurations
+		Verdict *struct {
 			wireVerdict
 			OpenTimeout *string `json:"openTimeout"`
 		} `json:"verdict"`
-		Candidate *rawCandidate `json:"candidate"`
+		Concurrency *struct {
+			wireConcurrency
+			MaxWait  *string `json:"maxWait"`
+			Baseline *string `json:"baseline"`
+		} `json:"concurrency"`
+		Candidate *struct {
+			wireCandidate
+			rawDurations
+		} `json:"candidate"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			// encoding/json names the embedded struct Parse reads a candidate through.
-			field := strings.Replace(te.Field, "wireCandidate.", "", 1)
+			// encoding/json names the embedded structs Parse reads a policy through.
+			field := strings.NewReplacer("wireCandidate.", "", "wireConcurrency.", "", "Policy.", "").Replace(te.Field)
 			return Config{}, fmt.Errorf("parse breaker config: %s: want %s, got JSON %s", field, te.Type, te.Value)
 		}
 		return Config{}, fmt.Errorf("parse breaker config: %w", err)
@@ -273,13 +297,19 @@ func Parse(data []byte) (Config, error) {
 		cand := Candidate(raw.Candidate.wireCandidate)
 		c.Candidate = &cand
 	}
-	for _, d := range append([]parsedDuration{
-		{"openTimeout", raw.OpenTimeout, &c.OpenTimeout, false},
-		{"window", raw.Window, &c.Window, false},
-		{"slowCallDuration", raw.SlowCallDuration, &c.SlowCallDuration, true},
-		{"maxOpenTimeout", raw.MaxOpenTimeout, &c.MaxOpenTimeout, true},
-		{"verdict.openTimeout", verdictOpenTimeout, verdictDuration(c.Verdict), true},
-	}, raw.Candidate.durations(c.Candidate)...) {
+	durations := raw.durations("", &c.Policy)
+	durations = append(durations, parsedDuration{"verdict.openTimeout", verdictOpenTimeout, verdictDuration(c.Verdict), true})
+	if rc := raw.Concurrency; rc != nil {
+		k := Concurrency(rc.wireConcurrency)
+		c.Concurrency = &k
+		durations = append(durations,
+			parsedDuration{"concurrency.maxWait", rc.MaxWait, &k.MaxWait, true},
+			parsedDuration{"concurrency.baseline", rc.Baseline, &k.Baseline, true})
+	}
+	if raw.Candidate != nil {
+		durations = append(durations, raw.Candidate.durations("candidate.", &c.Candidate.Policy)...)
+	}
+	for _, d := range durations {
 		if d.in == nil {
 			if d.optional {
 				continue
@@ -296,6 +326,27 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("invalid breaker config %q: %w", c.Name, err)
 	}
 	return c, nil
+}
+
+// rawDurations are a policy's duration fields as Parse reads them: strings first, so that a
+// bad one is reported with its field name (encoding/json does not add it to an
+// Unmarshaler's error). Embedded beside the policy, they take its duration fields' JSON
+// names over it.
+type rawDurations struct {
+	OpenTimeout      *string `json:"openTimeout"`
+	Window           *string `json:"window"`
+	SlowCallDuration *string `json:"slowCallDuration"`
+	MaxOpenTimeout   *string `json:"maxOpenTimeout"`
+}
+
+// durations are the duration fields of p Parse reads, named with prefix.
+func (r *rawDurations) durations(prefix string, p *Policy) []parsedDuration {
+	return []parsedDuration{
+		{prefix + "openTimeout", r.OpenTimeout, &p.OpenTimeout, false},
+		{prefix + "window", r.Window, &p.Window, false},
+		{prefix + "slowCallDuration", r.SlowCallDuration, &p.SlowCallDuration, true},
+		{prefix + "maxOpenTimeout", r.MaxOpenTimeout, &p.MaxOpenTimeout, true},
+	}
 }
 
 // parsedDuration is a duration field of the document as Parse reads it: its path, the

@@ -19,3 +19,13 @@ const (
 	// are judged (slowCallDuration set).
 	DefaultSlowCallRatePercent = 100
 )
+
+// The fleet limit on calls in flight's (docs/design.md §12), set only with
+// spec.concurrency: with no maxWait a call over the pod's limit is refused at once; with
+// adaptive, a pod's limiter lowers its limit once recent latency passes the baseline
+// times DefaultAdaptiveTolerance, never below DefaultAdaptiveMinLimit.
+const (
+	DefaultMaxWait           = time.Duration(0)
+	DefaultAdaptiveTolerance = 1.5
+	DefaultAdaptiveMinLimit  = 1
+)

@@ -56,6 +56,14 @@ type ReportEntry struct {
 	Accepts   *int64 `json:"accepts,omitempty"`
 	Retries   *int64 `json:"retries,omitempty"`
 	Throttled *int64 `json:"throttled,omitempty"`
+	// InFlightPeak, Limited and Baseline are the window's concurrency figures
+	// (docs/design.md §12), written only for a breaker with a concurrency limit: the most
+	// calls in flight at once (at most MaxInFlight), the calls refused over the pod's limit
+	// (at most MaxTrafficCount), and the pod's baseline latency (at most MaxBaseline; left
+	// out until its limiter has one).
+	InFlightPeak *int64    `json:"inFlightPeak,omitempty"`
+	Limited      *int64    `json:"limited,omitempty"`
+	Baseline     *Duration `json:"baseline,omitempty"`
 	// Candidate is the pod's shadow judgement of the breaker's candidate policy,
 	// written while the config it runs has one.
 	Candidate *CandidateEntry `json:"candidate,omitempty"`
@@ -78,10 +86,9 @@ type KeySummary struct {
 	Worst []string `json:"worst,omitempty"`
 }
 
-// MaxWorstKeys bounds KeySummary.Worst. A Group's summary in the library names as
-// many keys, which a test of pkg/breaker/kube holds to this bound, and the
-// BreakerReport schema's maxItems spells it again, which a test of api/v1alpha1
-// holds to it.
+// MaxWorstKeys bounds KeySummary.Worst. A Group's summary (package registry) names at
+// most this many keys, and the BreakerReport schema's maxItems spells it again, which a
+// test of api/v1alpha1 holds to it.
 const MaxWorstKeys = 5
 
 // MaxKeyCount bounds each count of a KeySummary: the BreakerReport schema refuses a

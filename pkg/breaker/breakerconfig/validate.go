@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -235,6 +236,15 @@ func (e ReportEntry) check(at string) []error {
 		if c.n != nil && *c.n > requests {
 			bad(c.field, "must be at most requests (%d): a window's %s are among its requests, has %d", requests, c.field, *c.n)
 		}
+	}
+	if e.InFlightPeak != nil {
+		inRange(bad, "inFlightPeak", *e.InFlightPeak, MaxInFlight)
+	}
+	if e.Limited != nil {
+		inRange(bad, "limited", *e.Limited, MaxTrafficCount)
+	}
+	if b := e.Baseline; b != nil && (*b < 0 || time.Duration(*b) > MaxBaseline) {
+		bad("baseline", "must be between 0s and %s, is %s", MaxBaseline, time.Duration(*b))
 	}
 	if c := e.Candidate; c != nil {
 		c.check(bad)

@@ -34,7 +34,7 @@ func unreachable(b *breaker.Breaker, to breaker.State, format string, args ...an
 }
 
 // Open opens b by tripping it (breaker.Trip), as an operator or the application's own code
-// would: the transition's cause is observe.CauseTrip. A circuit already open is left as it
+// would: the transition's reason is breakerconfig.ReasonManual. A circuit already open is left as it
 // is, its open period running on. Under ModeForcedOpen the circuit is open already; under
 // ModeForcedClosed it cannot open, and Open returns an error wrapping [ErrUnreachable].
 func Open(b *breaker.Breaker) error {
@@ -52,7 +52,7 @@ func Open(b *breaker.Breaker) error {
 }
 
 // OpenByFailures opens b with failing calls through b.Execute, each returning err (nil:
-// [ErrInjected]), as an outage would: the transition's cause is observe.CauseCalls. Closed,
+// [ErrInjected]), as an outage would: the transition's reason is breakerconfig.ReasonTripped. Closed,
 // it makes as many calls as the window needs to reach MinimumThroughput and FailureRatio,
 // counting what the window already holds (Counts); half-open, one failed probe re-opens the
 // circuit. A circuit already open is left as it is.
@@ -123,8 +123,8 @@ func failuresToOpen(c breaker.Counts, p breaker.Policy) (int, string) {
 }
 
 // HalfOpen moves b to half-open the way time does: it opens a closed circuit with [Open]
-// (Trip), then lets the open period pass, the transition's cause being
-// observe.CauseTimeout. A circuit already half-open is left as it is.
+// (Trip), then lets the open period pass, the transition's reason being
+// breakerconfig.ReasonTimedOut. A circuit already half-open is left as it is.
 //
 // With clock, the Clock b was built on (breaker.WithClock), it advances clock by what is
 // left of the open period (Breaker.RetryAfter), so no time passes for real. With clock nil,
@@ -172,8 +172,8 @@ func HalfOpen(b *breaker.Breaker, clock *Clock) error {
 
 // Closed moves b to closed the way recovery does: an open circuit goes half-open by
 // [HalfOpen] (on clock, or in real time with clock nil), and a half-open one closes after
-// SuccessThreshold successful probes through b.Execute, the transition's cause being
-// observe.CauseCalls. A closed circuit is left as it is, window and all.
+// SuccessThreshold successful probes through b.Execute, the transition's reason being
+// breakerconfig.ReasonProbesSucceeded. A closed circuit is left as it is, window and all.
 //
 // The probes need free slots: with probes of the test's own in flight, up to
 // HalfOpenPermittedCalls, they are refused. They take no time on a Clock, and next to none

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -55,8 +55,8 @@ func TestOpenTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantState(t, b, breaker.Open)
-	if last, _ := rec.Last(); last.Cause != observe.CauseTrip {
-		t.Fatalf("cause %v, want trip", last.Cause)
+	if last, _ := rec.Last(); last.Reason != breakerconfig.ReasonManual {
+		t.Fatalf("reason %v, want %s", last.Reason, breakerconfig.ReasonManual)
 	}
 	// Already open: nothing more happens, the open period runs on.
 	if err := breakertest.Open(b); err != nil {
@@ -108,8 +108,8 @@ func TestOpenByFailuresMakesJustEnoughCalls(t *testing.T) {
 			}
 			wantState(t, b, breaker.Open)
 			last, _ := rec.Last()
-			if last.Cause != observe.CauseCalls || last.Trigger != observe.TriggerFailureRate || !errors.Is(last.Err, errBoom) {
-				t.Fatalf("opened by %v/%v with %v, want calls/failure_rate with %v", last.Cause, last.Trigger, last.Err, errBoom)
+			if last.Reason != breakerconfig.ReasonTripped || last.Trigger != breakerconfig.TriggerFailureRate || !errors.Is(last.Err, errBoom) {
+				t.Fatalf("opened by %v/%v with %v, want Tripped/FailureRate with %v", last.Reason, last.Trigger, last.Err, errBoom)
 			}
 			if got := last.Counts.Failures - before.Failures; got != int64(tc.wantFailed) {
 				t.Fatalf("made %d failed calls, want %d (opened on %+v)", got, tc.wantFailed, last.Counts)
@@ -165,7 +165,7 @@ func TestOpenByFailuresFromHalfOpenFailsOneProbe(t *testing.T) {
 	}
 	rec.AssertStates(t, "closed→open", "open→half_open", "half_open→open")
 	last, _ := rec.Last()
-	if last.Trigger != observe.TriggerFailedProbe || !errors.Is(last.Err, breakertest.ErrInjected) || last.Counts.Calls != 1 {
+	if last.Trigger != breakerconfig.TriggerFailedProbe || !errors.Is(last.Err, breakertest.ErrInjected) || last.Counts.Calls != 1 {
 		t.Fatalf("re-opened by %v with %v on %+v, want one failed probe with ErrInjected", last.Trigger, last.Err, last.Counts)
 	}
 }
@@ -187,8 +187,8 @@ func TestHalfOpenAdvancesWhatIsLeftOfTheOpenPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.AssertStates(t, "closed→open", "open→half_open")
-	if last, _ := rec.Last(); last.Cause != observe.CauseTimeout {
-		t.Fatalf("cause %v, want timeout", last.Cause)
+	if last, _ := rec.Last(); last.Reason != breakerconfig.ReasonTimedOut {
+		t.Fatalf("reason %v, want TimedOut", last.Reason)
 	}
 }
 
@@ -245,8 +245,8 @@ func TestClosedFromEveryState(t *testing.T) {
 			}
 			wantState(t, b, breaker.Closed)
 			rec.AssertStates(t, tc.want...)
-			if last, ok := rec.Last(); ok && (last.Cause != observe.CauseCalls || last.Counts.Successes != 3) {
-				t.Fatalf("closed by %v on %+v, want 3 probe successes", last.Cause, last.Counts)
+			if last, ok := rec.Last(); ok && (last.Reason != breakerconfig.ReasonProbesSucceeded || last.Counts.Successes != 3) {
+				t.Fatalf("closed by %v on %+v, want 3 probe successes", last.Reason, last.Counts)
 			}
 		})
 	}
@@ -298,10 +298,10 @@ func ExampleOpen() {
 	err := b.Execute(context.Background(), func(context.Context) error { return nil })
 	fmt.Println(errors.Is(err, breaker.ErrOpen))
 	last, _ := rec.Last()
-	fmt.Println(breakertest.Arrow(last), last.Cause)
+	fmt.Println(breakertest.Arrow(last), last.Reason)
 	// Output:
 	// true
-	// closed→open trip
+	// closed→open Manual
 }
 
 func ExampleOpenByFailures() {
@@ -311,10 +311,10 @@ func ExampleOpenByFailures() {
 		panic(err)
 	}
 	last, _ := rec.Last()
-	fmt.Println(breakertest.Arrow(last), last.Cause, last.Err)
+	fmt.Println(breakertest.Arrow(last), last.Reason, last.Err)
 	fmt.Printf("%d calls, %d failures\n", last.Counts.Calls, last.Counts.Failures)
 	// Output:
-	// closed→open calls connection refused
+	// closed→open Tripped connection refused
 	// 20 calls, 20 failures
 }
 

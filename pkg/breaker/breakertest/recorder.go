@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -184,14 +185,14 @@ func diffStates(want []string, seen []observe.Transition) string {
 	return b.String()
 }
 
-// detail says what moved the state: the cause, and for calls that opened the circuit, the
-// trigger and the counts behind it.
+// detail says what moved the state: the reason, and for calls that moved it, the trigger
+// of an open and the counts behind it.
 func detail(t observe.Transition) string {
-	s := t.Cause.String()
-	if t.Trigger != observe.TriggerNone {
-		s += ", " + t.Trigger.String()
+	s := t.Reason
+	if t.Trigger != "" {
+		s += ", " + t.Trigger
 	}
-	if t.Cause == observe.CauseCalls {
+	if t.Reason == breakerconfig.ReasonTripped || t.Reason == breakerconfig.ReasonProbeFailed || t.Reason == breakerconfig.ReasonProbesSucceeded {
 		c := t.Counts
 		s += fmt.Sprintf(", %d calls %d failures %d successes", c.Calls, c.Failures, c.Successes)
 		if c.Slow > 0 {

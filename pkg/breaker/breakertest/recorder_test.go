@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 func tr(name string, period uint64, from, to breaker.State) observe.Transition {
-	return observe.Transition{Breaker: name, Period: period, From: from, To: to, Cause: observe.CauseTrip}
+	return observe.Transition{Breaker: name, Period: period, From: from, To: to, Reason: breakerconfig.ReasonManual}
 }
 
 // Deliveries from different goroutines may arrive out of order; the Recorder keeps each
@@ -39,7 +40,7 @@ func TestRecorderOrdersByPeriod(t *testing.T) {
 
 func TestRecorderUnderConcurrentTransitions(t *testing.T) {
 	var made atomic.Int64
-	b, clock, rec := newBreaker(t, nil, breaker.WithObserver(observe.ObserverFunc(func(observe.Transition) { made.Add(1) })))
+	b, clock, rec := newBreaker(t, nil, breaker.WithObserver(observerFunc(func(observe.Transition) { made.Add(1) })))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -81,7 +82,7 @@ func TestWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Period != 1 || got.Cause != observe.CauseTrip {
+	if got.Period != 1 || got.Reason != breakerconfig.ReasonManual {
 		t.Fatalf("Wait returned %+v, want the trip", got)
 	}
 
@@ -143,10 +144,10 @@ func TestAssertStates(t *testing.T) {
 		t.Fatal("AssertStates returned true on a mismatch")
 	}
 	want := "breaker transitions differ (-want +got):\n" +
-		"  closed→open  (trip)\n" +
-		"  open→half_open  (timeout)\n" +
+		"  closed→open  (Manual)\n" +
+		"  open→half_open  (TimedOut)\n" +
 		"- half_open→closed\n" +
-		"+ half_open→open  (calls, failed_probe, 1 calls 1 failures 0 successes)\n"
+		"+ half_open→open  (ProbeFailed, FailedProbe, 1 calls 1 failures 0 successes)\n"
 	if len(bad.errors) != 1 || bad.errors[0] != want {
 		t.Fatalf("reported %q\nwant %q", bad.errors, want)
 	}
@@ -164,11 +165,11 @@ func TestDiff(t *testing.T) {
 		diff string
 	}{
 		{[]string{"closed→open", "open→open"}, ""},
-		{nil, "+ closed→open  (trip)\n+ open→open  (trip)\n"},
-		{[]string{"closed→open"}, "  closed→open  (trip)\n+ open→open  (trip)\n"},
-		{[]string{"open→open"}, "+ closed→open  (trip)\n  open→open  (trip)\n"},
-		{[]string{"closed→open", "open→half_open", "open→open"}, "  closed→open  (trip)\n- open→half_open\n  open→open  (trip)\n"},
-		{[]string{"half_open→closed"}, "- half_open→closed\n+ closed→open  (trip)\n+ open→open  (trip)\n"},
+		{nil, "+ closed→open  (Manual)\n+ open→open  (Manual)\n"},
+		{[]string{"closed→open"}, "  closed→open  (Manual)\n+ open→open  (Manual)\n"},
+		{[]string{"open→open"}, "+ closed→open  (Manual)\n  open→open  (Manual)\n"},
+		{[]string{"closed→open", "open→half_open", "open→open"}, "  closed→open  (Manual)\n- open→half_open\n  open→open  (Manual)\n"},
+		{[]string{"half_open→closed"}, "- half_open→closed\n+ closed→open  (Manual)\n+ open→open  (Manual)\n"},
 	} {
 		if d := rec.Diff(tc.want...); d != tc.diff {
 			t.Errorf("Diff(%q) = %q, want %q", tc.want, d, tc.diff)
@@ -190,10 +191,10 @@ func ExampleRecorder() {
 	fmt.Print(rec.Diff("closed->open", "open->half_open", "half_open->closed"))
 	// Output:
 	// [closed→open open→half_open half_open→open]
-	//   closed→open  (calls, failure_rate, 20 calls 20 failures 0 successes)
-	//   open→half_open  (timeout)
+	//   closed→open  (Tripped, FailureRate, 20 calls 20 failures 0 successes)
+	//   open→half_open  (TimedOut)
 	// - half_open→closed
-	// + half_open→open  (calls, failed_probe, 1 calls 1 failures 0 successes)
+	// + half_open→open  (ProbeFailed, FailedProbe, 1 calls 1 failures 0 successes)
 }
 
 // Wait waits for a transition another goroutine makes.
@@ -205,6 +206,11 @@ func ExampleRecorder_Wait() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	t, err := rec.Wait(ctx, breaker.Open)
-	fmt.Println(breakertest.Arrow(t), t.Cause, err)
-	// Output: closed→open trip <nil>
+	fmt.Println(breakertest.Arrow(t), t.Reason, err)
+	// Output: closed→open Manual <nil>
 }
+
+// observerFunc is a function used as an Observer.
+type observerFunc func(observe.Transition)
+
+func (f observerFunc) OnTransition(t observe.Transition) { f(t) }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakertest"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // Slow calls and backed-off open periods (docs/design.md §5.13) with the kit: a slow Upstream on the
@@ -33,8 +33,8 @@ func TestSlowUpstreamOpensBySlowCallRate(t *testing.T) {
 	}
 	wantState(t, b, breaker.Open)
 	last, _ := rec.Last()
-	if last.Cause != observe.CauseCalls || last.Trigger != observe.TriggerSlowCallRate {
-		t.Fatalf("opened by %v/%v, want calls/slow_call_rate", last.Cause, last.Trigger)
+	if last.Reason != breakerconfig.ReasonTripped || last.Trigger != breakerconfig.TriggerSlowCallRate {
+		t.Fatalf("opened by %v/%v, want Tripped/SlowCallRate", last.Reason, last.Trigger)
 	}
 	if c := last.Counts; c.Calls != 4 || c.Slow != 4 || c.Failures != 0 {
 		t.Fatalf("opened on %+v, want 4 calls, 4 slow, 0 failures", c)
@@ -66,7 +66,7 @@ func TestSlowProbeReopens(t *testing.T) {
 	u.Slow(2 * time.Second)
 	_ = b.Execute(context.Background(), u.Call)
 	rec.AssertStates(t, "closed→open", "open→half_open", "half_open→open")
-	if last, _ := rec.Last(); last.Trigger != observe.TriggerSlowProbe {
+	if last, _ := rec.Last(); last.Trigger != breakerconfig.TriggerSlowProbe {
 		t.Fatalf("re-opened by %v, want slow_probe", last.Trigger)
 	}
 	// Closed's own probes take no time on the Clock, so they are not slow.

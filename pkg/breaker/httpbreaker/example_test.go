@@ -105,6 +105,6 @@ func ExampleNewGroupHandler() {
 		panic(err)
 	}
 	resp.Body.Close()
-	fmt.Println(resp.StatusCode, routes.Keys())
-	// Output: 200 [GET /items/{id}]
+	fmt.Println(resp.StatusCode, routes.Summary().Keys)
+	// Output: 200 1
 }

@@ -65,11 +65,11 @@ func TestGroupTransportByHost(t *testing.T) {
 		}
 	}
 	badHost, goodHost := mustHost(t, bad.URL), mustHost(t, good.URL)
-	if b, ok := g.Lookup(badHost); !ok || b.State() != breaker.Open || b.Name() != "upstreams/"+badHost {
-		t.Errorf("the bad host's breaker: %v %v", b, ok)
+	if b := g.Get(badHost); b.State() != breaker.Open || b.Name() != "upstreams/"+badHost {
+		t.Errorf("the bad host's breaker: %s %v", b.Name(), b.State())
 	}
-	if b, ok := g.Lookup(goodHost); !ok || b.State() != breaker.Closed {
-		t.Errorf("the good host's breaker: %v %v", b, ok)
+	if b := g.Get(goodHost); b.State() != breaker.Closed {
+		t.Errorf("the good host's breaker: %v", b.State())
 	}
 }
 
@@ -110,8 +110,8 @@ func TestGroupTransportCustomKey(t *testing.T) {
 	if err := send("globex"); err != nil {
 		t.Errorf("globex: %v, want the request sent", err)
 	}
-	if got := g.Keys(); len(got) != 2 || got[0] != "acme" || got[1] != "globex" {
-		t.Errorf("keys %v", got)
+	if s := g.Summary(); s.Keys != 2 || len(s.Worst) != 1 || s.Worst[0] != "acme" {
+		t.Errorf("summary %+v, want acme open and globex closed", s)
 	}
 }
 
@@ -164,8 +164,8 @@ func TestGroupHandlerByRoute(t *testing.T) {
 			if code, err := get(t, srv.Client(), srv.URL+"/items/7"); code != http.StatusOK {
 				t.Errorf("items: %d %v, want served", code, err)
 			}
-			if got := g.Keys(); len(got) != 2 || got[0] != "GET /items/{id}" || got[1] != "GET /reports/{id}" {
-				t.Errorf("keys %q, want one per route pattern", got)
+			if s := g.Summary(); s.Keys != 2 || len(s.Worst) != 1 || s.Worst[0] != "GET /reports/{id}" {
+				t.Errorf("summary %+v, want one key per route pattern, the reports' open", s)
 			}
 		})
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
@@ -36,7 +35,8 @@ type Handler struct {
 	// status >= 500.
 	IsFailure func(status int) bool
 	// Refused answers a refused request; nil means the 503 described above. err matches
-	// breaker.ErrOpen and is a *breaker.OpenError that says why.
+	// breaker.ErrOpen (and breaker.ErrThrottled when adaptive throttling refused it), or
+	// breaker.ErrConcurrencyLimited when the concurrency limit did, and its text says why.
 	Refused func(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -91,7 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			done(context.Canceled)
 			panic(v)
 		default:
-			done(&breaker.PanicError{Value: v})
+			done(errPanicked)
 			panic(v)
 		}
 	}()
@@ -120,9 +120,16 @@ func (h *Handler) outcome(sw *statusWriter, r *http.Request) error {
 }
 
 func refuse(w http.ResponseWriter, b *breaker.Breaker, err error) {
+	if errors.Is(err, breaker.ErrConcurrencyLimited) {
+		// Not the circuit: a slot comes free as soon as a call in flight ends.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, http.StatusText(http.StatusServiceUnavailable)+": concurrency limit reached", http.StatusServiceUnavailable)
+		return
+	}
 	if d, ok := b.RetryAfter(); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(d), 10))
-	} else if oe, ok := errors.AsType[*breaker.OpenError](err); ok && oe.Reason == observe.RejectHalfOpenSaturated {
+	} else if !errors.Is(err, breaker.ErrThrottled) && b.State() == breaker.HalfOpen {
+		// Refused for the probe cap: a probe is in flight, and its answer comes soon.
 		w.Header().Set("Retry-After", "1")
 	}
 	http.Error(w, http.StatusText(http.StatusServiceUnavailable)+": circuit open", http.StatusServiceUnavailable)

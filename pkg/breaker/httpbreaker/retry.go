@@ -79,7 +79,7 @@ func (t *Transport) retry(b *breaker.Breaker, req *http.Request) (*http.Response
 		}
 		if !b.AllowRetry() {
 			if err != nil && b.State() != breaker.Open {
-				return nil, &breaker.RetryBudgetError{Breaker: b.Name(), Last: err}
+				return nil, fmt.Errorf("breaker %q: %w; last attempt: %w", b.Name(), breaker.ErrRetryBudget, err)
 			}
 			return resp, err
 		}
@@ -102,9 +102,10 @@ func (t *Transport) retry(b *breaker.Breaker, req *http.Request) (*http.Response
 }
 
 // worthRetrying reports whether an attempt failed in a way another attempt may not: a
-// failure the breaker counted, or 429; not a refusal by the breaker, nor a cancellation.
+// failure the breaker counted, or 429; not a refusal by the breaker (its circuit or its
+// concurrency limit), nor a cancellation.
 func (t *Transport) worthRetrying(resp *http.Response, err error) bool {
-	if errors.Is(err, breaker.ErrOpen) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, breaker.ErrOpen) || errors.Is(err, breaker.ErrConcurrencyLimited) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	return t.outcome(resp, err) != nil || resp != nil && resp.StatusCode == http.StatusTooManyRequests

@@ -13,7 +13,8 @@ import (
 
 // Transport is an http.RoundTripper that sends requests through a breaker. A request the
 // breaker refuses is not sent: RoundTrip closes its body and returns the breaker's error,
-// which matches breaker.ErrOpen (also through the *url.Error that http.Client wraps it in).
+// which matches breaker.ErrOpen, or breaker.ErrConcurrencyLimited when the breaker's
+// concurrency limit refused it (also through the *url.Error that http.Client wraps it in).
 //
 // The outcome is recorded when the response headers arrive, not when the body has been
 // read: the caller owns the body and may never finish it, and a probe slot held until a
@@ -71,8 +72,8 @@ type StatusError struct {
 	After time.Duration
 }
 
-// RetryAfter implements [breaker.RetryAfterError], so that [breaker.Retry] honours the
-// answer's Retry-After.
+// RetryAfter is the wait the answer's Retry-After asked for: [breaker.Retry] honours an error
+// with this method.
 func (e *StatusError) RetryAfter() time.Duration { return e.After }
 
 func (e *StatusError) Error() string {
@@ -103,7 +104,7 @@ func (t *Transport) once(b *breaker.Breaker, req *http.Request) (*http.Response,
 		if !completed {
 			// A panicking base transport must not leave a probe slot taken.
 			if v := recover(); v != nil {
-				done(&breaker.PanicError{Value: v})
+				done(errPanicked)
 				panic(v)
 			}
 			done(context.Canceled) // runtime.Goexit
@@ -136,3 +137,7 @@ func (t *Transport) outcome(resp *http.Response, err error) error {
 	}
 	return &StatusError{StatusCode: resp.StatusCode, After: retryAfter(resp, time.Now())}
 }
+
+// errPanicked is the failure recorded for a handler or base transport that panicked; the
+// panic itself goes on up the stack.
+var errPanicked = errors.New("httpbreaker: panicked")

@@ -42,7 +42,7 @@ func TestAdoptedOpenPeriodIsBoundedByThePolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			a, err := StartAgent(ctx, Options{ConfigDir: dir, BreakerOptions: []breaker.Option{breaker.WithClock(clock)}})
+			a, err := Connect(ctx, Options{ConfigDir: dir, BreakerOptions: []breaker.Option{breaker.WithClock(clock)}})
 			if err != nil {
 				t.Fatal(err)
 			}

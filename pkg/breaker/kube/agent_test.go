@@ -29,7 +29,7 @@ func TestLateBreakerAdoptsAtOnce(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := StartAgent(ctx, Options{ConfigDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	a, err := Connect(ctx, Options{ConfigDir: dir, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestPublishedAndLoaded(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := StartAgent(ctx, Options{ConfigDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	a, err := Connect(ctx, Options{ConfigDir: dir, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

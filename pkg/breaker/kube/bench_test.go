@@ -36,7 +36,7 @@ func BenchmarkExecuteReported(b *testing.B) {
 	})
 	b.Run("api-server-away", func(b *testing.B) {
 		ctx, cancel := context.WithCancel(ctx)
-		a, err := StartAgent(ctx, Options{
+		a, err := Connect(ctx, Options{
 			Config: &rest.Config{Host: "http://" + closedAddress(b)}, Namespace: "default", Pod: "bench", PodUID: "bench-uid",
 			Logger: slog.New(slog.DiscardHandler),
 		})

@@ -20,18 +20,8 @@ func candidatePolicy(c *breakerconfig.Config) *breaker.Policy {
 	if c == nil || c.Candidate == nil {
 		return nil
 	}
-	k := c.Candidate
-	return &breaker.Policy{
-		OpenTimeout:            time.Duration(k.OpenTimeout),
-		Window:                 time.Duration(k.Window),
-		FailureRatio:           k.FailureRatio,
-		MinimumThroughput:      k.MinimumThroughput,
-		SuccessThreshold:       k.SuccessThreshold,
-		HalfOpenPermittedCalls: k.HalfOpenPermittedCalls,
-		SlowCallDuration:       time.Duration(k.SlowCallDuration),
-		SlowCallRatio:          k.SlowCallRatio,
-		MaxOpenTimeout:         time.Duration(k.MaxOpenTimeout),
-	}
+	p := policyOf(c.Candidate.Policy)
+	return &p
 }
 
 // shadow is what the report says of a breaker's candidate; on: the breaker has one. It is

@@ -27,13 +27,17 @@ type configured struct {
 	// reasons; adopting the same verdict again would, for a circuit already open, move its
 	// open period back to the verdict's start after a local Trip restarted it.
 	adopted *breaker.Verdict
+	// share is what this pod knows of the division of a concurrency limit (concurrency.go).
+	share shareState
 }
 
 // applier turns the published documents of the ConfigMap into registry policies, fleet
-// verdicts and the reporter's config generations and refusals. Both config sources feed it.
+// verdicts and the reporter's config generations and refusals. Every config source feeds it:
+// the node agent's stream, the ConfigMap's watch through the API, the mounted directory.
 type applier struct {
 	reg *registry.Registry
-	rep *reporter // nil: reporting is off
+	def breaker.Policy // the registry's default policy
+	rep *reporter      // nil: reporting is off
 	log *slog.Logger
 
 	mu       sync.Mutex
@@ -48,6 +52,12 @@ type applier struct {
 	loaded chan struct{}
 
 	applies, adoptions atomic.Int64
+
+	// recount re-applies the policies once a concurrency share may count this pod
+	// (concurrency.go), due at recountDue; toldAfter, when set, replaces the package's.
+	recount    *time.Timer // guarded by mu
+	recountDue time.Time   // guarded by mu
+	toldAfter  time.Duration
 }
 
 // apply applies the full set of published documents, by ConfigMap key; nil or empty
@@ -58,7 +68,6 @@ func (a *applier) apply(data map[string]string) {
 	a.applies.Add(1)
 
 	next := make(map[string]*configured, len(data))
-	policies := make(map[string]breaker.Policy, len(data))
 	for key, doc := range data {
 		name, ok := breakerconfig.NameOfKey(key)
 		if !ok {
@@ -89,11 +98,6 @@ func (a *applier) apply(data map[string]string) {
 			}
 			c.good, c.refusal, c.logged = &cfg, "", ""
 		}
-		if c.good != nil {
-			// Parse validated it, so PolicyOf cannot fail.
-			p, _ := PolicyOf(*c.good)
-			policies[name] = p
-		}
 	}
 	for name := range a.breakers {
 		if next[name] == nil {
@@ -107,16 +111,29 @@ func (a *applier) apply(data map[string]string) {
 		}
 	}
 	a.breakers = next
-	if err := a.reg.Apply(policies); err != nil {
-		// Every policy here passed Validate, so this is a bug, not bad input.
-		a.log.Error("Registry refused validated policies", "error", err)
-	}
+	a.applyPoliciesLocked()
 	if !a.synced {
 		a.synced = true
 		close(a.loaded)
 		a.log.Info("Breaker config loaded", "breakers", len(next))
 	}
 	a.reconcileLocked()
+}
+
+// applyPoliciesLocked hands the registry the policy of every breaker with a good config,
+// each concurrency limit the one this pod runs (shareLimitLocked). Caller holds mu.
+func (a *applier) applyPoliciesLocked() {
+	policies := make(map[string]breaker.Policy, len(a.breakers))
+	now := time.Now()
+	for name, c := range a.breakers {
+		if c.good != nil {
+			policies[name] = a.policyOf(name, c, now)
+		}
+	}
+	if err := a.reg.Apply(policies); err != nil {
+		// Every policy here passed Validate, so this is a bug, not bad input.
+		a.log.Error("Registry refused validated policies", "error", err)
+	}
 }
 
 // parse reads the document published under name.json.
@@ -169,7 +186,7 @@ func (a *applier) reconcile() {
 }
 
 // registered counts the breakers and Groups of the registry.
-func (a *applier) registered() int { return len(a.reg.Names()) + len(a.reg.GroupNames()) }
+func (a *applier) registered() int { return len(a.reg.Names()) }
 
 // reconcileLocked adopts fleet verdicts and hands config generations and refusals to the
 // reporter, for every published breaker that exists in the registry. Caller holds mu.
@@ -187,7 +204,7 @@ func (a *applier) reconcileLocked() {
 			// not applied to its members: the Group exists so that keys are judged
 			// apart, and one verdict for all of them would undo that.
 			if a.rep != nil {
-				a.rep.configureGroup(g, gen, c.refusal)
+				a.rep.configureGroup(name, g, a.policyOf(name, c, time.Now()), gen, c.refusal)
 			}
 			continue
 		}
@@ -205,18 +222,37 @@ func (a *applier) reconcileLocked() {
 		// What the operator counts of the fleet, on every config applied: the pod count
 		// divides the retry budget's floor, and a quiet pod throttles on the fleet's
 		// requests and accepts (docs/design.md §5.15, §5.16).
+		// The fleet's baseline too, which an adaptive limiter's own may not pass (§12).
 		withTraffic := c.good != nil && (c.good.RetryBudget != nil || c.good.Throttle != nil)
-		if withTraffic && c.good.Fleet != nil {
-			b.SetFleet(fleetOf(*c.good.Fleet))
+		withConcurrency := c.good != nil && c.good.Concurrency != nil
+		if c.good != nil {
+			if f, ok := fleetOf(c.good, withTraffic); ok {
+				b.SetFleet(f)
+			}
 		}
 		a.configureCandidate(b, c.good)
 		if a.rep != nil {
-			a.rep.configure(b, gen, c.refusal, withTraffic)
+			a.rep.configure(b, gen, c.refusal, sampled{traffic: withTraffic, concurrency: withConcurrency})
 		}
 	}
 	if a.rep != nil {
 		a.rep.flush()
 	}
+}
+
+// policyOf is the policy the breaker or Group c, named name, runs at now: its last good
+// config's, its concurrency limit the one this pod runs, or the registry's default.
+// Caller holds mu.
+func (a *applier) policyOf(name string, c *configured, now time.Time) breaker.Policy {
+	if c.good == nil {
+		return a.def
+	}
+	// Parse validated it, so PolicyOf cannot fail.
+	p, _ := PolicyOf(*c.good)
+	if k := c.good.Concurrency; k != nil {
+		p.MaxInFlight = a.shareLimitLocked(name, c, *k, now)
+	}
+	return p
 }
 
 // fleetVerdict is the verdict a good config carries for this pod to adopt.

@@ -6,7 +6,7 @@
 // their published policy as soon as it can be read, keeping their state across every
 // update: an open circuit stays open, the window keeps its tallies. The ConfigMap is read
 // through the API (a watch on that one object), from a directory where it is mounted as a
-// volume, or from the node's agent (fuseboxd --node), which streams it to every pod of its
+// volume, or from the node's agent (fuseboxd node), which streams it to every pod of its
 // node over one watch per namespace. A published entry that does not parse
 // or validate is refused for that breaker alone, which keeps its last good policy and
 // reports the refusal.
@@ -30,9 +30,9 @@
 // its own traffic.
 //
 // Everything runs in the background until the context given to Start is cancelled;
-// [StartAgent] does the same and returns an [Agent] whose Done channel is closed once all
+// [Connect] does the same and returns an [Agent] whose Done channel is closed once all
 // of it has stopped. Start and StartAgent return at once, their breakers on the default
-// policy until the config is read ([Agent.WaitLoaded] waits for it); [FromEnvironment]
+// policy until the config is read ([Connection.WaitLoaded] waits for it); [FromEnvironment]
 // returns once the config is applied, or after [FirstConfigWait] with a warning in the
 // log, so that a program's first calls run the published policies when the cluster can
 // tell it them in time.

@@ -33,7 +33,7 @@ func heldReporter(t *testing.T, hold time.Duration, names ...string) *reporter {
 var at = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func adopt(r *reporter, name string, period uint64) {
-	r.OnTransition(observe.Transition{Breaker: name, From: breaker.Closed, To: breaker.Open, At: at, Period: period, Cause: observe.CauseAdopted})
+	r.OnTransition(observe.Transition{Breaker: name, From: breaker.Closed, To: breaker.Open, At: at, Period: period, Reason: breakerconfig.ReasonAdopted})
 }
 
 func drain(r *reporter) {
@@ -56,7 +56,7 @@ func TestUnearnedChangesWaitForAnEarnedOne(t *testing.T) {
 		t.Fatal("no hold runs for the adopted verdict")
 	}
 	r.OnTransition(observe.Transition{Breaker: "b", From: breaker.Closed, To: breaker.Open, At: at, Period: 1,
-		Cause: observe.CauseCalls, Counts: breaker.Counts{Calls: 10, Failures: 10}})
+		Reason: breakerconfig.ReasonTripped, Counts: breaker.Counts{Calls: 10, Failures: 10}})
 	names, ms, dirty := r.pending()
 	if !dirty {
 		t.Fatal("a tripped breaker is held")
@@ -71,7 +71,7 @@ func TestUnearnedChangesWaitForAnEarnedOne(t *testing.T) {
 		t.Errorf("hold %+v after the write that took its change", r.hold)
 	}
 	// Unchanged earned entries do not make a later unearned change urgent.
-	r.OnTransition(observe.Transition{Breaker: "a", From: breaker.Open, To: breaker.HalfOpen, At: at.Add(time.Second), Period: 2, Cause: observe.CauseTimeout})
+	r.OnTransition(observe.Transition{Breaker: "a", From: breaker.Open, To: breaker.HalfOpen, At: at.Add(time.Second), Period: 2, Reason: breakerconfig.ReasonTimedOut})
 	if _, _, dirty := r.pending(); dirty {
 		t.Error("a timed-out breaker beside an unchanged tripped one is written at once")
 	}
@@ -89,7 +89,7 @@ func TestHeldChangesAreWrittenWhenTheHoldEnds(t *testing.T) {
 		t.Fatal("an adopted verdict is to be written at once")
 	}
 	drain(r) // OnTransition's own wake-up
-	r.OnTransition(observe.Transition{Breaker: "a", From: breaker.Open, To: breaker.HalfOpen, At: at.Add(time.Second), Period: 2, Cause: observe.CauseTimeout})
+	r.OnTransition(observe.Transition{Breaker: "a", From: breaker.Open, To: breaker.HalfOpen, At: at.Add(time.Second), Period: 2, Reason: breakerconfig.ReasonTimedOut})
 	if _, _, dirty := r.pending(); dirty {
 		t.Fatal("a second unearned change is written before the hold ends")
 	}
@@ -128,7 +128,7 @@ func TestWhatGoesAtOnce(t *testing.T) {
 			e.want = member{reason: breakerconfig.ReasonStarted, generation: 1, configErr: "bad"}
 		},
 		"probes succeeded": func(r *reporter) {
-			r.OnTransition(observe.Transition{Breaker: "a", From: breaker.HalfOpen, To: breaker.Closed, At: at, Period: 1, Cause: observe.CauseCalls})
+			r.OnTransition(observe.Transition{Breaker: "a", From: breaker.HalfOpen, To: breaker.Closed, At: at, Period: 1, Reason: breakerconfig.ReasonProbesSucceeded})
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -174,7 +174,7 @@ func TestAnEchoOfTheWrittenStateIsNotWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.configure(br, 1, "", false)
+	r.configure(br, 1, "", sampled{})
 	br.Trip()
 	names, ms, dirty := r.pending()
 	if !dirty || ms[0].reason != breakerconfig.ReasonManual {
@@ -185,7 +185,7 @@ func TestAnEchoOfTheWrittenStateIsNotWritten(t *testing.T) {
 	// The fleet's verdict: the same open state, since a second earlier.
 	earlier := ms[0].since.Add(-time.Second)
 	br.Adopt(breaker.Verdict{State: breaker.Open, Since: earlier})
-	r.configure(br, 1, "", false)
+	r.configure(br, 1, "", sampled{})
 	if got := r.entries["a"].want.since; !got.Equal(earlier) {
 		t.Fatalf("the re-timing was not taken: since %v, want %v", got, earlier)
 	}
@@ -223,7 +223,7 @@ func TestAnEchoOfTheWrittenStateIsNotWritten(t *testing.T) {
 
 	// A new open period of the same state and reason (half-open, then tripped again) is
 	// a transition, and earned: it goes at once.
-	r.OnTransition(observe.Transition{Breaker: "a", From: breaker.HalfOpen, To: breaker.Open, At: at.Add(time.Hour), Period: 1 << 20, Cause: observe.CauseTrip})
+	r.OnTransition(observe.Transition{Breaker: "a", From: breaker.HalfOpen, To: breaker.Open, At: at.Add(time.Hour), Period: 1 << 20, Reason: breakerconfig.ReasonManual})
 	if _, ms, dirty := r.pending(); !dirty || ms[0].reason != breakerconfig.ReasonManual {
 		t.Fatalf("a new Manual open period is held: dirty %v, %+v", dirty, ms)
 	}

@@ -53,12 +53,16 @@ type entry struct {
 	// group is the breaker Group the entry reports, nil for a breaker. A Group's entry is
 	// computed from its summary when the report is written, not from transitions.
 	group *registry.Group
+	// groupForced: the Group's policy holds it ForcedOpen, so that a member created open
+	// was forced, not started so.
+	groupForced bool
 	// breaker is the breaker whose traffic the report carries (a retry budget or
 	// throttling is configured), nil when it carries none; window is its policy's, and
 	// latest its traffic as last sampled (traffic.go).
 	breaker *breaker.Breaker
 	window  time.Duration
 	latest  traffic
+	sampled sampled // the parts of the window the entry carries
 	// candidate is the breaker, when its config has a candidate policy; candidateWindow
 	// is the candidate's window, and latestCandidate what it did as last sampled
 	// (candidate.go).
@@ -109,7 +113,7 @@ func (m *member) setTransition(t observe.Transition) {
 	m.since = wireTime(t.At)
 	m.reason = reasonOf(t)
 	m.calls, m.failures, m.slow = t.Counts.Calls, t.Counts.Failures, t.Counts.Slow
-	if t.Cause == observe.CauseAdopted {
+	if t.Reason == breakerconfig.ReasonAdopted {
 		// An adopted verdict was reached on another pod's evidence: this pod's own window
 		// says nothing about it, and a rate next to the state would read as the reason.
 		m.calls, m.failures, m.slow = 0, 0, 0
@@ -121,59 +125,43 @@ func (m *member) setTransition(t observe.Transition) {
 	}
 }
 
-// triggerOf says which judgement of calls opened the circuit, as the report spells it: for
-// a circuit its calls opened (reasons Tripped and ProbeFailed), else "".
+// triggerOf says which judgement of calls opened the circuit, for a circuit its calls
+// opened (reasons Tripped and ProbeFailed), else "": a trigger the report knows, not one a
+// newer breaker package may add.
 func triggerOf(t observe.Transition) string {
-	if t.Cause != observe.CauseCalls || t.To != breaker.Open {
+	if t.Reason != breakerconfig.ReasonTripped && t.Reason != breakerconfig.ReasonProbeFailed {
 		return ""
 	}
 	switch t.Trigger {
-	case observe.TriggerFailureRate:
-		return breakerconfig.TriggerFailureRate
-	case observe.TriggerSlowCallRate:
-		return breakerconfig.TriggerSlowCallRate
-	case observe.TriggerFailedProbe:
-		return breakerconfig.TriggerFailedProbe
-	case observe.TriggerSlowProbe:
-		return breakerconfig.TriggerSlowProbe
+	case breakerconfig.TriggerFailureRate, breakerconfig.TriggerSlowCallRate, breakerconfig.TriggerFailedProbe, breakerconfig.TriggerSlowProbe:
+		return t.Trigger
 	}
 	return ""
 }
 
-// reasonOf says how a transition reached its state, as the report spells it. Only the
-// pod's own judgement is an earned reason (docs/design.md §5.12): the calls that opened
-// it, Trip, a failed probe, probes that closed it.
+// reasonOf says how a transition reached its state, as the report spells it: the
+// transition's own word, which is the report's. Only the pod's own judgement is an earned
+// reason (docs/design.md §5.12): the calls that opened it, Trip, a failed probe, probes that
+// closed it.
 func reasonOf(t observe.Transition) string {
-	switch t.Cause {
-	case observe.CauseCalls:
-		switch {
-		case t.To == breaker.Open && t.From == breaker.HalfOpen:
-			return breakerconfig.ReasonProbeFailed
-		case t.To == breaker.Open:
-			return breakerconfig.ReasonTripped
-		case t.To == breaker.Closed && t.From == breaker.HalfOpen:
-			return breakerconfig.ReasonProbesSucceeded
-		}
-	case observe.CauseTrip:
-		return breakerconfig.ReasonManual
-	case observe.CauseTimeout:
-		return breakerconfig.ReasonTimedOut
-	case observe.CauseAdopted:
-		return breakerconfig.ReasonAdopted
-	case observe.CauseMode:
-		return breakerconfig.ReasonForced
+	switch t.Reason {
+	case breakerconfig.ReasonTripped, breakerconfig.ReasonManual, breakerconfig.ReasonProbeFailed,
+		breakerconfig.ReasonProbesSucceeded, breakerconfig.ReasonTimedOut, breakerconfig.ReasonAdopted,
+		breakerconfig.ReasonForced:
+		return t.Reason
 	}
-	// A transition the core may add later is not evidence until it is named above.
+	// A reason a newer breaker package may add is not evidence until it is named above.
 	return breakerconfig.ReasonTimedOut
 }
 
 // configure puts b in the report with the given config generation and refusal, and makes
 // sure its entry has a state: a breaker that never moved has had no transition to report
-// one. With withTraffic the entry also carries b's window traffic (traffic.go). It does not wake the writer: the applier configures every breaker a config names,
+// one. With s the entry also carries b's window traffic and its concurrency figures
+// (traffic.go, inflight.go). It does not wake the writer: the applier configures every breaker a config names,
 // then calls flush once, so that one config is one write however many breakers it names.
 // It must be called without r.mu held, and without any lock OnTransition's callers might
 // hold.
-func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr string, withTraffic bool) {
+func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr string, s sampled) {
 	r.mu.Lock()
 	e := r.entry(b.Name())
 	e.reported = true
@@ -192,12 +180,11 @@ func (r *reporter) configure(b *breaker.Breaker, generation int64, configErr str
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.want.slowJudged = p.SlowCallDuration > 0
-	e.breaker, e.window = nil, 0
-	if withTraffic {
+	e.breaker, e.window, e.sampled = nil, 0, s
+	if s.any() {
 		e.breaker, e.window = b, p.Window
-	} else {
-		e.want.traffic, e.latest = traffic{}, traffic{}
 	}
+	e.want.traffic, e.latest = e.want.traffic.only(s), e.latest.only(s)
 	// A transition delivered meanwhile is newer than v; and a state that differs from v
 	// with no delivery yet is a transition still on its way, which will bring its own.
 	if e.period == period && (!e.known || e.want.state == v.State) {

@@ -8,14 +8,16 @@ import (
 	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
-// configureGroup puts the Group g in the report, as configure does a breaker. Its entry's
-// state and figures come from its summary each time the report is written.
-func (r *reporter) configureGroup(g *registry.Group, generation int64, configErr string) {
-	judged := g.Policy().SlowCallDuration > 0
+// configureGroup puts the Group g, named name and running p, in the report, as configure
+// does a breaker. Its entry's state and figures come from its summary each time the report
+// is written.
+func (r *reporter) configureGroup(name string, g *registry.Group, p breaker.Policy, generation int64, configErr string) {
+	judged := p.SlowCallDuration > 0
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := r.entry(g.Name())
+	e := r.entry(name)
 	e.reported, e.known, e.group = true, true, g
+	e.groupForced = p.Mode == breaker.ModeForcedOpen
 	e.want.generation = generation
 	e.want.configErr = truncate(configErr, maxConfigError)
 	e.want.slowJudged = judged
@@ -56,24 +58,25 @@ func clampKeys(n int) int32 { return int32(min(n, breakerconfig.MaxKeyCount)) }
 // refreshGroups brings the entries of Groups up to date with their summaries. Summary
 // may deliver transitions to OnTransition, so it runs without r.mu.
 func (r *reporter) refreshGroups() {
-	r.mu.Lock()
-	var gs []*registry.Group
-	for _, e := range r.entries {
-		if e.group != nil && e.reported {
-			gs = append(gs, e.group)
-		}
-	}
-	r.mu.Unlock()
-	if len(gs) == 0 {
-		return
-	}
 	type summary struct {
+		g      *registry.Group
 		s      registry.GroupSummary
 		forced bool
 	}
-	sums := make(map[string]summary, len(gs))
-	for _, g := range gs {
-		sums[g.Name()] = summary{g.Summary(), g.Policy().Mode == breaker.ModeForcedOpen}
+	r.mu.Lock()
+	sums := map[string]summary{}
+	for name, e := range r.entries {
+		if e.group != nil && e.reported {
+			sums[name] = summary{g: e.group, forced: e.groupForced}
+		}
+	}
+	r.mu.Unlock()
+	if len(sums) == 0 {
+		return
+	}
+	for name, s := range sums {
+		s.s = s.g.Summary()
+		sums[name] = s
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -17,22 +17,22 @@ const FirstConfigWait = 5 * time.Second
 var firstConfigWait = FirstConfigWait
 
 // WaitLoaded blocks until the first config (or the knowledge that there is none) has been
-// applied, and returns nil, or until ctx is done, and returns its error. See [Agent.Loaded].
-func (a *Agent) WaitLoaded(ctx context.Context) error {
+// applied, and returns nil, or until ctx is done, and returns its error. See [Connection.Loaded].
+func (c *Connection) WaitLoaded(ctx context.Context) error {
 	select {
-	case <-a.applier.loaded:
+	case <-c.applier.loaded:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// waitFirstConfig waits up to wait for the first config, and says so in the agent's log
+// waitFirstConfig waits up to wait for the first config, and says so in the connection's log
 // when it gives up. It fails only when ctx itself ends.
-func (a *Agent) waitFirstConfig(ctx context.Context, wait time.Duration) error {
+func (c *Connection) waitFirstConfig(ctx context.Context, wait time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	err := a.WaitLoaded(wctx)
+	err := c.WaitLoaded(wctx)
 	switch {
 	case err == nil:
 		return nil
@@ -40,7 +40,7 @@ func (a *Agent) waitFirstConfig(ctx context.Context, wait time.Duration) error {
 		return ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded):
 		// The source's own lines say why (an unreachable API server, a refused token).
-		a.applier.log.Warn("No breaker config yet; the breakers run the default policy until it arrives", "waited", wait)
+		c.applier.log.Warn("No breaker config yet; the breakers run the default policy until it arrives", "waited", wait)
 		return nil
 	}
 	return err

@@ -133,7 +133,7 @@ func TestFromEnvironmentSaysWhenItGivesUp(t *testing.T) {
 func TestNoReportSaysWhyInItsOwnWords(t *testing.T) {
 	logs := &lockedBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := StartAgent(ctx, Options{ConfigDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	a, err := Connect(ctx, Options{ConfigDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

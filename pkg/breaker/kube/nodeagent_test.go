@@ -156,7 +156,7 @@ func TestResendGoesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.configure(b, 1, "", false)
+	r.configure(b, 1, "", sampled{})
 	names, ms, dirty := r.pending()
 	if dirty {
 		t.Fatal("a Started entry went before its hold")

@@ -14,28 +14,15 @@ import (
 
 // PolicyOf returns the breaker policy a published document describes. A document that
 // Parse accepted, or whose Validate passes, always converts; any other gets the error of
-// Validate, which names the field.
+// Validate, which names the field. A concurrency limit's MaxInFlight is the published
+// share, the limit of a pod the operator counted; the agent lowers it for a pod started
+// since (docs/design.md §12).
 func PolicyOf(c breakerconfig.Config) (breaker.Policy, error) {
 	if err := c.Validate(); err != nil {
 		return breaker.Policy{}, err
 	}
-	p := breaker.Policy{
-		OpenTimeout:            time.Duration(c.OpenTimeout),
-		Window:                 time.Duration(c.Window),
-		FailureRatio:           c.FailureRatio,
-		MinimumThroughput:      c.MinimumThroughput,
-		SuccessThreshold:       c.SuccessThreshold,
-		HalfOpenPermittedCalls: c.HalfOpenPermittedCalls,
-		Mode:                   breaker.Mode(c.Mode),
-		SlowCallDuration:       time.Duration(c.SlowCallDuration),
-		SlowCallRatio:          c.SlowCallRatio,
-		MaxOpenTimeout:         time.Duration(c.MaxOpenTimeout),
-	}
-	if p.SlowCallRatio == 0 {
-		// Left out of the document, as the operator does without slowCallDuration; said
-		// here, the policy reads as the one in force (Breaker.Policy).
-		p.SlowCallRatio = breaker.DefaultPolicy().SlowCallRatio
-	}
+	p := policyOf(c.Policy)
+	p.Mode = breaker.Mode(c.Mode)
 	// Fresh values, never c's: a policy handed to a breaker shares nothing with a config
 	// the caller may still change.
 	if b := c.RetryBudget; b != nil {
@@ -43,6 +30,14 @@ func PolicyOf(c breakerconfig.Config) (breaker.Policy, error) {
 	}
 	if t := c.Throttle; t != nil {
 		p.Throttle = &breaker.Throttle{K: t.K}
+	}
+	// The share as told: a pod the division did not count yet runs a smaller limit, which
+	// the agent sets (concurrency.go).
+	if k := c.Concurrency; k != nil {
+		p.MaxInFlight, p.MaxWait = k.Share, time.Duration(k.MaxWait)
+		if a := k.Adaptive; a != nil {
+			p.Adaptive = &breaker.AdaptiveConcurrency{Tolerance: a.Tolerance, MinLimit: a.MinLimit}
+		}
 	}
 	// The document's rules are the breaker's and more (no field may be zero), so this
 	// only guards against the two drifting apart, which FuzzPolicyOf looks for.
@@ -54,41 +49,87 @@ func PolicyOf(c breakerconfig.Config) (breaker.Policy, error) {
 
 // ConfigOf returns the document that publishes p under name: what the operator would
 // render for a CircuitBreaker whose spec is p, with the given generation and scope and no
-// fleet verdict or counts. Tests write ConfigMaps with it; fuseboxd shows a breaker's policy
-// in force with it.
+// fleet verdict or counts (a MaxInFlight is published as the share of a fleet of which no
+// pod is counted yet, so that every reader's limit is MaxInFlight). Tests write ConfigMaps
+// with it; fuseboxd shows a breaker's policy in force with it.
 func ConfigOf(name string, generation int64, p breaker.Policy, scope string) breakerconfig.Config {
 	mode := p.Mode
 	if mode == "" {
 		mode = breaker.ModeEnforce
 	}
-	c := breakerconfig.Config{
-		Name:                   name,
-		Generation:             generation,
-		OpenTimeout:            breakerconfig.Duration(p.OpenTimeout),
-		Window:                 breakerconfig.Duration(p.Window),
-		FailureRatio:           p.FailureRatio,
-		MinimumThroughput:      p.MinimumThroughput,
-		SuccessThreshold:       p.SuccessThreshold,
-		HalfOpenPermittedCalls: p.HalfOpenPermittedCalls,
-		Mode:                   string(mode),
-		Scope:                  scope,
-		MaxOpenTimeout:         breakerconfig.Duration(p.MaxOpenTimeout),
-	}
-	if p.SlowCallDuration > 0 {
-		c.SlowCallDuration, c.SlowCallRatio = breakerconfig.Duration(p.SlowCallDuration), p.SlowCallRatio
-	}
+	c := breakerconfig.Config{Name: name, Generation: generation, Policy: wirePolicy(p), Mode: string(mode), Scope: scope}
 	if b := p.RetryBudget; b != nil {
 		c.RetryBudget = &breakerconfig.RetryBudget{Percent: b.Percent, MinPerSecond: b.MinPerSecond}
 	}
 	if t := p.Throttle; t != nil {
 		c.Throttle = &breakerconfig.Throttle{K: t.K}
 	}
+	if p.MaxInFlight > 0 {
+		c.Concurrency = &breakerconfig.Concurrency{Share: p.MaxInFlight, Generation: 1, MaxWait: breakerconfig.Duration(p.MaxWait)}
+		if a := p.Adaptive; a != nil {
+			// The zero fields the library reads as its defaults, which the document spells.
+			w := breakerconfig.AdaptiveConcurrency{Tolerance: a.Tolerance, MinLimit: a.MinLimit}
+			if w.Tolerance == 0 {
+				w.Tolerance = breakerconfig.DefaultAdaptiveTolerance
+			}
+			if w.MinLimit == 0 {
+				w.MinLimit = breakerconfig.DefaultAdaptiveMinLimit
+			}
+			c.Concurrency.Adaptive = &w
+		}
+	}
 	return c
 }
 
-// fleetOf is the fleet the operator counted, as the library takes it.
-func fleetOf(f breakerconfig.Fleet) breaker.Fleet {
-	return breaker.Fleet{Pods: f.Pods, Requests: f.Requests, Accepts: f.Accepts}
+// policyOf is the breaker policy of a published one, the enforced or a candidate's.
+func policyOf(w breakerconfig.Policy) breaker.Policy {
+	p := breaker.Policy{
+		OpenTimeout:            time.Duration(w.OpenTimeout),
+		Window:                 time.Duration(w.Window),
+		FailureRatio:           w.FailureRatio,
+		MinimumThroughput:      w.MinimumThroughput,
+		SuccessThreshold:       w.SuccessThreshold,
+		HalfOpenPermittedCalls: w.HalfOpenPermittedCalls,
+		SlowCallDuration:       time.Duration(w.SlowCallDuration),
+		SlowCallRatio:          w.SlowCallRatio,
+		MaxOpenTimeout:         time.Duration(w.MaxOpenTimeout),
+	}
+	if p.SlowCallRatio == 0 {
+		// Left out of the document, as the operator does without slowCallDuration; said
+		// here, the policy reads as the one in force (Breaker.Policy).
+		p.SlowCallRatio = breaker.DefaultPolicy().SlowCallRatio
+	}
+	return p
+}
+
+// wirePolicy is p as the operator would publish it: the slow-call ratio only with the
+// duration that makes it mean something.
+func wirePolicy(p breaker.Policy) breakerconfig.Policy {
+	w := breakerconfig.Policy{FailureRatio: p.FailureRatio, MinimumThroughput: p.MinimumThroughput,
+		SuccessThreshold: p.SuccessThreshold, HalfOpenPermittedCalls: p.HalfOpenPermittedCalls}
+	w.OpenTimeout, w.Window = breakerconfig.Duration(p.OpenTimeout), breakerconfig.Duration(p.Window)
+	w.MaxOpenTimeout = breakerconfig.Duration(p.MaxOpenTimeout)
+	if p.SlowCallDuration > 0 {
+		w.SlowCallDuration, w.SlowCallRatio = breakerconfig.Duration(p.SlowCallDuration), p.SlowCallRatio
+	}
+	return w
+}
+
+// fleetOf is what the operator counted of the fleet, as the library takes it: the counts
+// of a breaker with a retry budget or throttling (withTraffic), and the baseline latency
+// of one with a concurrency limit. false when c carries neither.
+func fleetOf(c *breakerconfig.Config, withTraffic bool) (breaker.Fleet, bool) {
+	var f breaker.Fleet
+	counted := false
+	if w := c.Fleet; withTraffic && w != nil {
+		f.Pods, f.Requests, f.Accepts = w.Pods, w.Requests, w.Accepts
+		counted = true
+	}
+	if k := c.Concurrency; k != nil {
+		f.Baseline = time.Duration(k.Baseline)
+		counted = true
+	}
+	return f, counted
 }
 
 // stateOf reads a state as the wire spells it (a verdict's, a report's), and false for

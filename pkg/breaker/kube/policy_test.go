@@ -6,7 +6,6 @@ import (
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/registry"
 )
 
 // defaultDocument is the document that publishes the library's default policy, as the
@@ -75,8 +74,11 @@ func TestPolicyOfTheFleetPolicies(t *testing.T) {
 		t.Errorf("a plain document read as fleet policies: %+v", p)
 	}
 	f := breakerconfig.Fleet{Pods: 200, Requests: 12345, Accepts: 6000}
-	if got := fleetOf(f); got != (breaker.Fleet{Pods: 200, Requests: 12345, Accepts: 6000}) {
+	if got, ok := fleetOf(&breakerconfig.Config{Fleet: &f}, true); !ok || got != (breaker.Fleet{Pods: 200, Requests: 12345, Accepts: 6000}) {
 		t.Errorf("fleetOf(%+v) = %+v", f, got)
+	}
+	if _, ok := fleetOf(&breakerconfig.Config{Fleet: &f}, false); ok {
+		t.Error("fleetOf of a breaker that reports no traffic")
 	}
 }
 
@@ -103,13 +105,6 @@ func TestStateOf(t *testing.T) {
 		if _, ok := stateOf(s); ok {
 			t.Errorf("stateOf accepted %q", s)
 		}
-	}
-}
-
-// The library's Group summary names as many keys as the report may carry.
-func TestWorstKeysBound(t *testing.T) {
-	if registry.SummaryWorstKeys != breakerconfig.MaxWorstKeys {
-		t.Errorf("breaker.SummaryWorstKeys = %d, breakerconfig.MaxWorstKeys = %d", registry.SummaryWorstKeys, breakerconfig.MaxWorstKeys)
 	}
 }
 

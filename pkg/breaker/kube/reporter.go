@@ -41,6 +41,11 @@ type reporter struct {
 	holdFor func() time.Duration
 	// nextTraffic is the earliest a change of traffic alone goes out (traffic.go).
 	nextTraffic time.Time // guarded by mu
+	// taking is when the receiver first took each entry it holds; taken, when set, is
+	// told of an entry it took for the first time, with no lock held (the concurrency
+	// share, concurrency.go).
+	taking map[string]time.Time // guarded by mu
+	taken  func()
 
 	writes, failures, rejected atomic.Int64
 	lastErr                    atomic.Pointer[string]
@@ -117,10 +122,33 @@ func (r *reporter) pending() (names []string, ms []member, dirty bool) {
 // markWritten records that the receiver holds the report of names and ms.
 func (r *reporter) markWritten(names []string, ms []member) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.trafficWritten(time.Now(), r.written, ms)
+	now := time.Now()
+	r.trafficWritten(now, r.written, ms)
 	r.names, r.written, r.synced, r.resend = names, ms, true, false
 	r.hold.end()
+	held := make(map[string]time.Time, len(names))
+	fresh := false
+	for _, name := range names {
+		since, ok := r.taking[name]
+		if !ok {
+			since, fresh = now, true
+		}
+		held[name] = since
+	}
+	r.taking = held
+	taken := r.taken
+	r.mu.Unlock()
+	if fresh && taken != nil {
+		taken()
+	}
+}
+
+// heldSince says whether the receiver holds an entry of name, and since when.
+func (r *reporter) heldSince(name string) (bool, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.taking[name]
+	return ok, since
 }
 
 // resendAll makes the writer send the whole report again at once: its receiver, a node

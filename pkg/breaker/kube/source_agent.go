@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -57,9 +59,31 @@ func (s *agentSource) run(ctx context.Context) {
 	}
 }
 
-// stream reads one stream until it breaks, applying every snapshot, and reports whether
-// the agent accepted it.
+// agentStreamSilence is how long a stream may deliver nothing, not even the agent's
+// heartbeat (breakerconfig.AgentHeartbeatInterval), before the pod takes the agent for
+// gone, closes it and reconnects: a connection whose agent vanished without closing it
+// (its node's network torn down under it, a conntrack entry lost) would otherwise be read
+// for ever, and no config change would reach the pod again. Nanoseconds, for tests.
+var agentStreamSilence atomic.Int64
+
+func init() { agentStreamSilence.Store(int64(breakerconfig.AgentStreamTimeout)) }
+
+// errAgentSilent ends a stream that was silent for agentStreamSilence.
+var errAgentSilent = errors.New("the node agent's config stream fell silent")
+
+// stream reads one stream until it breaks or falls silent, applying every snapshot, and
+// reports whether the agent accepted it.
 func (s *agentSource) stream(ctx context.Context) (connected bool, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	silence := time.Duration(agentStreamSilence.Load())
+	silent := time.AfterFunc(silence, func() { cancel(errAgentSilent) })
+	defer silent.Stop()
+	defer func() {
+		if errors.Is(context.Cause(ctx), errAgentSilent) {
+			err = fmt.Errorf("%w: nothing, not even a heartbeat, for %v; reconnecting", errAgentSilent, silence)
+		}
+	}()
 	req, err := s.client.request(ctx, http.MethodGet, breakerconfig.AgentConfigPath, nil)
 	if err != nil {
 		return false, err
@@ -79,7 +103,8 @@ func (s *agentSource) stream(ctx context.Context) (connected bool, err error) {
 		s.log.Info("Reading the breaker config from the node agent again", "agent", s.client.base.Host)
 		s.failing = ""
 	}
-	dec := json.NewDecoder(resp.Body)
+	// Every byte, a heartbeat's newline too, puts the silence off.
+	dec := json.NewDecoder(&heardReader{r: resp.Body, heard: func() { silent.Reset(silence) }})
 	for {
 		var snap breakerconfig.ConfigSnapshot
 		if err := dec.Decode(&snap); err != nil {
@@ -87,6 +112,20 @@ func (s *agentSource) stream(ctx context.Context) (connected bool, err error) {
 		}
 		s.receive(snap)
 	}
+}
+
+// heardReader calls heard after every read that delivered bytes.
+type heardReader struct {
+	r     io.Reader
+	heard func()
+}
+
+func (h *heardReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if n > 0 {
+		h.heard()
+	}
+	return n, err
 }
 
 // receive applies one snapshot, unless it says what was applied last (a reconnect finds

@@ -28,19 +28,45 @@ import (
 // unearned change whose hold ended) carries the latest traffic, and restarts the wait.
 
 // traffic is what the report says of a breaker's window. on: the breaker reports it.
+// inFlight is its concurrency limit's part (inflight.go), sampled and written with it.
 type traffic struct {
 	on                                    bool
 	requests, accepts, retries, throttled int64
+	inFlight                              inFlight
 }
 
-// trafficOf is what the report says of t: each count inside the schema's bound, and
-// accepts, retries and throttled at most the requests, as the schema requires. Retries are
-// counted when allowed and their calls when they finish, so a window read while retries
-// are in flight can hold more retries than requests.
-func trafficOf(t breaker.Traffic) traffic {
-	c := func(n int64) int64 { return min(max(n, 0), breakerconfig.MaxTrafficCount) }
-	requests := c(t.Requests)
-	return traffic{on: true, requests: requests, accepts: min(c(t.Accepts), requests), retries: min(c(t.Retries), requests), throttled: min(c(t.Throttled), requests)}
+// sampled says which parts of its window an entry carries: traffic for a breaker with a
+// retry budget or throttling, concurrency for one with a concurrency limit.
+type sampled struct{ traffic, concurrency bool }
+
+func (s sampled) any() bool { return s.traffic || s.concurrency }
+
+// trafficOf is what the report says of t, of the parts s carries: each count inside the
+// schema's bound, and accepts, retries and throttled at most the requests, as the schema
+// requires. Retries are counted when allowed and their calls when they finish, so a window
+// read while retries are in flight can hold more retries than requests.
+func trafficOf(t breaker.Traffic, s sampled) traffic {
+	var out traffic
+	if s.traffic {
+		c := func(n int64) int64 { return min(max(n, 0), breakerconfig.MaxTrafficCount) }
+		requests := c(t.Requests)
+		out = traffic{on: true, requests: requests, accepts: min(c(t.Accepts), requests), retries: min(c(t.Retries), requests), throttled: min(c(t.Throttled), requests)}
+	}
+	if s.concurrency {
+		out.inFlight = inFlightOf(t)
+	}
+	return out
+}
+
+// only is t with the parts s does not carry left out.
+func (t traffic) only(s sampled) traffic {
+	if !s.traffic {
+		t = traffic{inFlight: t.inFlight}
+	}
+	if !s.concurrency {
+		t.inFlight = inFlight{}
+	}
+	return t
 }
 
 // Thresholds of a material move of traffic.
@@ -49,8 +75,14 @@ const (
 	trafficShareMove  = 0.02
 )
 
-// trafficMoved reports whether now differs materially from was.
+// trafficMoved reports whether now differs materially from was, in its window or its
+// concurrency figures.
 func trafficMoved(was, now traffic) bool {
+	return windowMoved(was, now) || inFlightMoved(was.inFlight, now.inFlight)
+}
+
+// windowMoved reports whether the window of now differs materially from was's.
+func windowMoved(was, now traffic) bool {
 	if was.on != now.on {
 		return true
 	}
@@ -105,7 +137,7 @@ func (r *reporter) refreshTraffic() {
 	}
 	latest := make(map[string]traffic, len(bs))
 	for name, b := range bs {
-		latest[name] = trafficOf(b.Traffic())
+		latest[name] = trafficOf(b.Traffic(), r.sampledOf(name))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -114,6 +146,16 @@ func (r *reporter) refreshTraffic() {
 			e.latest = t
 		}
 	}
+}
+
+// sampledOf is what the entry of name carries. It takes mu.
+func (r *reporter) sampledOf(name string) sampled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entries[name]; e != nil {
+		return e.sampled
+	}
+	return sampled{}
 }
 
 // takeTraffic puts the latest traffic of every entry of names into the report ms (and

@@ -39,14 +39,14 @@ func TestTrafficMoved(t *testing.T) {
 
 // A count beyond the report's bound is written at the bound, which the schema accepts.
 func TestTrafficOfClamps(t *testing.T) {
-	got := trafficOf(breaker.Traffic{Requests: math.MaxInt64, Accepts: -3, Retries: 7, Throttled: breakerconfig.MaxTrafficCount + 1})
+	got := trafficOf(breaker.Traffic{Requests: math.MaxInt64, Accepts: -3, Retries: 7, Throttled: breakerconfig.MaxTrafficCount + 1}, sampled{traffic: true})
 	want := traffic{on: true, requests: breakerconfig.MaxTrafficCount, accepts: 0, retries: 7, throttled: breakerconfig.MaxTrafficCount}
 	if got != want {
 		t.Errorf("trafficOf = %+v, want %+v", got, want)
 	}
 	// Retries allowed whose calls have not finished yet: the schema refuses more retries
 	// (or accepts, or throttled) than requests, so the report says as many as requests.
-	got = trafficOf(breaker.Traffic{Requests: 4, Accepts: 9, Retries: 6, Throttled: 5})
+	got = trafficOf(breaker.Traffic{Requests: 4, Accepts: 9, Retries: 6, Throttled: 5}, sampled{traffic: true})
 	if want := (traffic{on: true, requests: 4, accepts: 4, retries: 4, throttled: 4}); got != want {
 		t.Errorf("trafficOf = %+v, want %+v", got, want)
 	}

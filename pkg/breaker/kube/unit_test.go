@@ -59,31 +59,30 @@ func TestReportEntry(t *testing.T) {
 // (docs/design.md §5.12).
 func TestReasonOf(t *testing.T) {
 	for _, tc := range []struct {
-		from, to breaker.State
-		cause    observe.TransitionCause
-		want     string
-		earned   bool
+		to     breaker.State
+		reason string
+		want   string
+		earned bool
 	}{
-		{breaker.Closed, breaker.Open, observe.CauseCalls, breakerconfig.ReasonTripped, true},
-		{breaker.HalfOpen, breaker.Open, observe.CauseCalls, breakerconfig.ReasonProbeFailed, true},
-		{breaker.HalfOpen, breaker.Closed, observe.CauseCalls, breakerconfig.ReasonProbesSucceeded, true},
-		{breaker.Closed, breaker.Open, observe.CauseTrip, breakerconfig.ReasonManual, true},
-		{breaker.HalfOpen, breaker.Open, observe.CauseTrip, breakerconfig.ReasonManual, true},
-		{breaker.Open, breaker.HalfOpen, observe.CauseTimeout, breakerconfig.ReasonTimedOut, false},
-		{breaker.HalfOpen, breaker.Open, observe.CauseTimeout, breakerconfig.ReasonTimedOut, false},
-		{breaker.Closed, breaker.Open, observe.CauseAdopted, breakerconfig.ReasonAdopted, false},
-		{breaker.Open, breaker.Closed, observe.CauseAdopted, breakerconfig.ReasonAdopted, false},
-		{breaker.Closed, breaker.Open, observe.CauseMode, breakerconfig.ReasonForced, false},
-		{breaker.Open, breaker.Closed, observe.CauseMode, breakerconfig.ReasonForced, false},
-		// A cause the core may add later is not evidence until it is named.
-		{breaker.Closed, breaker.Open, observe.TransitionCause(99), breakerconfig.ReasonTimedOut, false},
+		{breaker.Open, breakerconfig.ReasonTripped, breakerconfig.ReasonTripped, true},
+		{breaker.Open, breakerconfig.ReasonProbeFailed, breakerconfig.ReasonProbeFailed, true},
+		{breaker.Closed, breakerconfig.ReasonProbesSucceeded, breakerconfig.ReasonProbesSucceeded, true},
+		{breaker.Open, breakerconfig.ReasonManual, breakerconfig.ReasonManual, true},
+		{breaker.HalfOpen, breakerconfig.ReasonTimedOut, breakerconfig.ReasonTimedOut, false},
+		{breaker.Open, breakerconfig.ReasonTimedOut, breakerconfig.ReasonTimedOut, false},
+		{breaker.Open, breakerconfig.ReasonAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Closed, breakerconfig.ReasonAdopted, breakerconfig.ReasonAdopted, false},
+		{breaker.Open, breakerconfig.ReasonForced, breakerconfig.ReasonForced, false},
+		{breaker.Closed, breakerconfig.ReasonForced, breakerconfig.ReasonForced, false},
+		// A reason a newer breaker package may add is not evidence until it is named.
+		{breaker.Open, "Invented", breakerconfig.ReasonTimedOut, false},
 	} {
-		got := reasonOf(observe.Transition{From: tc.from, To: tc.to, Cause: tc.cause})
+		got := reasonOf(observe.Transition{To: tc.to, Reason: tc.reason})
 		if got != tc.want {
-			t.Errorf("%v → %v by %v: reason %s, want %s", tc.from, tc.to, tc.cause, got, tc.want)
+			t.Errorf("→ %v by %q: reason %s, want %s", tc.to, tc.reason, got, tc.want)
 		}
 		if e := breakerconfig.Earned(wireState(tc.to), got); e != tc.earned {
-			t.Errorf("%v → %v by %v (%s): earned %v, want %v", tc.from, tc.to, tc.cause, got, e, tc.earned)
+			t.Errorf("→ %v by %q (%s): earned %v, want %v", tc.to, tc.reason, got, e, tc.earned)
 		}
 	}
 }
@@ -117,13 +116,13 @@ func TestReporterOrdersDeliveries(t *testing.T) {
 
 	// An adopted verdict carries no local evidence.
 	r.OnTransition(observe.Transition{Breaker: "x", From: breaker.HalfOpen, To: breaker.Open, At: at, Period: 3,
-		Cause: observe.CauseAdopted, Counts: breaker.Counts{Calls: 9, Failures: 1}})
+		Reason: breakerconfig.ReasonAdopted, Counts: breaker.Counts{Calls: 9, Failures: 1}})
 	if got := r.entries["x"].want; got.calls != 0 {
 		t.Errorf("adopted transition reported %d calls", got.calls)
 	}
 }
 
-func TestStartAgentRefusesIncompleteOptions(t *testing.T) {
+func TestConnectRefusesIncompleteOptions(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	for _, tc := range []struct {
 		o    Options
@@ -135,9 +134,9 @@ func TestStartAgentRefusesIncompleteOptions(t *testing.T) {
 		{Options{ConfigDir: t.TempDir(), DefaultPolicy: breaker.Policy{Window: -1}}, "default policy"},
 	} {
 		tc.o.Logger = quiet
-		_, err := StartAgent(context.Background(), tc.o)
+		_, err := Connect(context.Background(), tc.o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("StartAgent(%+v): %v, want an error naming %s", tc.o, err, tc.want)
+			t.Errorf("Connect(%+v): %v, want an error naming %s", tc.o, err, tc.want)
 		}
 	}
 }
@@ -207,33 +206,33 @@ func TestReportEntryFromTransition(t *testing.T) {
 		slowJudged bool
 		want       breakerconfig.ReportEntry
 	}{
-		{"failure rate opened it", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerFailureRate,
+		{"failure rate opened it", observe.Transition{From: breaker.Closed, To: breaker.Open, Reason: breakerconfig.ReasonTripped, Trigger: breakerconfig.TriggerFailureRate,
 			Counts: breaker.Counts{Calls: 20, Failures: 12, Slow: 5}, ConsecutiveOpens: 1, OpenTimeout: 30 * time.Second}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Tripped", Calls: ptr[int64](20), FailureRatePercent: ptr[int32](60), SlowCallRatePercent: ptr[int32](25),
 				Trigger: "FailureRate", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(30 * time.Second))}},
-		{"slow calls opened it", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerSlowCallRate,
+		{"slow calls opened it", observe.Transition{From: breaker.Closed, To: breaker.Open, Reason: breakerconfig.ReasonTripped, Trigger: breakerconfig.TriggerSlowCallRate,
 			Counts: breaker.Counts{Calls: 10, Failures: 1, Slow: 9}, ConsecutiveOpens: 1, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Tripped", Calls: ptr[int64](10), FailureRatePercent: ptr[int32](10), SlowCallRatePercent: ptr[int32](90),
 				Trigger: "SlowCallRate", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
-		{"a failed probe, third open in a row", observe.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerFailedProbe,
+		{"a failed probe, third open in a row", observe.Transition{From: breaker.HalfOpen, To: breaker.Open, Reason: breakerconfig.ReasonProbeFailed, Trigger: breakerconfig.TriggerFailedProbe,
 			Counts: breaker.Counts{Calls: 1, Failures: 1}, ConsecutiveOpens: 3, OpenTimeout: 2 * time.Minute}, false,
 			breakerconfig.ReportEntry{State: "Open", Reason: "ProbeFailed", Calls: ptr[int64](1), FailureRatePercent: ptr[int32](100),
 				Trigger: "FailedProbe", ConsecutiveOpens: 3, OpenTimeout: ptr(breakerconfig.Duration(2 * time.Minute))}},
-		{"a slow probe", observe.Transition{From: breaker.HalfOpen, To: breaker.Open, Cause: observe.CauseCalls, Trigger: observe.TriggerSlowProbe,
+		{"a slow probe", observe.Transition{From: breaker.HalfOpen, To: breaker.Open, Reason: breakerconfig.ReasonProbeFailed, Trigger: breakerconfig.TriggerSlowProbe,
 			Counts: breaker.Counts{Calls: 1, Slow: 1}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "ProbeFailed", Calls: ptr[int64](1), FailureRatePercent: ptr[int32](0), SlowCallRatePercent: ptr[int32](100),
 				Trigger: "SlowProbe", ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
-		{"Trip has no trigger", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseTrip, Trigger: observe.TriggerFailureRate,
+		{"Trip has no trigger", observe.Transition{From: breaker.Closed, To: breaker.Open, Reason: breakerconfig.ReasonManual, Trigger: breakerconfig.TriggerFailureRate,
 			ConsecutiveOpens: 1, OpenTimeout: 30 * time.Second}, false,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Manual", ConsecutiveOpens: 1, OpenTimeout: ptr(breakerconfig.Duration(30 * time.Second))}},
-		{"half-open keeps the period that ended", observe.Transition{From: breaker.Open, To: breaker.HalfOpen, Cause: observe.CauseTimeout,
+		{"half-open keeps the period that ended", observe.Transition{From: breaker.Open, To: breaker.HalfOpen, Reason: breakerconfig.ReasonTimedOut,
 			Counts: breaker.Counts{Calls: 20, Failures: 20}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, false,
 			breakerconfig.ReportEntry{State: "HalfOpen", Reason: "TimedOut", Calls: ptr[int64](20), FailureRatePercent: ptr[int32](100),
 				ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
-		{"closing resets the run of opens", observe.Transition{From: breaker.HalfOpen, To: breaker.Closed, Cause: observe.CauseCalls,
+		{"closing resets the run of opens", observe.Transition{From: breaker.HalfOpen, To: breaker.Closed, Reason: breakerconfig.ReasonProbesSucceeded,
 			Counts: breaker.Counts{Calls: 2, Successes: 2}, ConsecutiveOpens: 3, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Closed", Reason: "ProbesSucceeded", Calls: ptr[int64](2), FailureRatePercent: ptr[int32](0), SlowCallRatePercent: ptr[int32](0)}},
-		{"an adopted verdict carries no local figures", observe.Transition{From: breaker.Closed, To: breaker.Open, Cause: observe.CauseAdopted,
+		{"an adopted verdict carries no local figures", observe.Transition{From: breaker.Closed, To: breaker.Open, Reason: breakerconfig.ReasonAdopted,
 			Counts: breaker.Counts{Calls: 9, Failures: 1, Slow: 2}, ConsecutiveOpens: 2, OpenTimeout: time.Minute}, true,
 			breakerconfig.ReportEntry{State: "Open", Reason: "Adopted", ConsecutiveOpens: 2, OpenTimeout: ptr(breakerconfig.Duration(time.Minute))}},
 	} {
@@ -252,17 +251,21 @@ func TestReportEntryFromTransition(t *testing.T) {
 	}
 }
 
-// TestTriggerSpellings: every trigger of the core has its wire spelling.
-func TestTriggerSpellings(t *testing.T) {
-	for tr, want := range map[observe.Trigger]string{
-		observe.TriggerNone:         "",
-		observe.TriggerFailureRate:  breakerconfig.TriggerFailureRate,
-		observe.TriggerSlowCallRate: breakerconfig.TriggerSlowCallRate,
-		observe.TriggerFailedProbe:  breakerconfig.TriggerFailedProbe,
-		observe.TriggerSlowProbe:    breakerconfig.TriggerSlowProbe,
+// TestTriggerOf: a trigger is reported only for an open on calls, and only as the report
+// spells it.
+func TestTriggerOf(t *testing.T) {
+	for _, tc := range []struct {
+		reason, trigger, want string
+	}{
+		{breakerconfig.ReasonTripped, breakerconfig.TriggerFailureRate, breakerconfig.TriggerFailureRate},
+		{breakerconfig.ReasonTripped, breakerconfig.TriggerSlowCallRate, breakerconfig.TriggerSlowCallRate},
+		{breakerconfig.ReasonProbeFailed, breakerconfig.TriggerFailedProbe, breakerconfig.TriggerFailedProbe},
+		{breakerconfig.ReasonProbeFailed, breakerconfig.TriggerSlowProbe, breakerconfig.TriggerSlowProbe},
+		{breakerconfig.ReasonManual, breakerconfig.TriggerFailureRate, ""},
+		{breakerconfig.ReasonTripped, "Invented", ""},
 	} {
-		if got := triggerOf(observe.Transition{To: breaker.Open, Cause: observe.CauseCalls, Trigger: tr}); got != want {
-			t.Errorf("%v: %q, want %q", tr, got, want)
+		if got := triggerOf(observe.Transition{To: breaker.Open, Reason: tc.reason, Trigger: tc.trigger}); got != tc.want {
+			t.Errorf("%s by %s: %q, want %q", tc.reason, tc.trigger, got, tc.want)
 		}
 	}
 }
@@ -278,7 +281,7 @@ func TestReporterGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.configureGroup(g, 4, "")
+	r.configureGroup("hosts", g, p, 4, "")
 	names, ms, dirty := r.pending()
 	if !dirty || len(names) != 1 || names[0] != "hosts" {
 		t.Fatalf("pending %v %v", names, dirty)
@@ -298,7 +301,7 @@ func TestReporterGroup(t *testing.T) {
 		t.Fatal("three new keys did not change the report")
 	}
 	for range 2 {
-		_ = g.Execute(context.Background(), "b.example", fail)
+		_ = g.Get("b.example").Execute(context.Background(), fail)
 	}
 	if len(r.entries) != 1 {
 		t.Errorf("entries %v: a member's transition made one of its own", slices.Collect(maps.Keys(r.entries)))
@@ -340,10 +343,10 @@ func TestReporterOpenPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.configure(b, 1, "", false)
+	r.configure(b, 1, "", sampled{})
 	entryNow := func() breakerconfig.ReportEntry {
 		t.Helper()
-		r.configure(b, 1, "", false)
+		r.configure(b, 1, "", sampled{})
 		names, ms, _ := r.pending()
 		if len(names) != 1 {
 			t.Fatalf("entries %v", names)

@@ -41,6 +41,13 @@ func reportEntry(name string, m member) breakerconfig.ReportEntry {
 	if t := m.traffic; t.on {
 		e.Requests, e.Accepts, e.Retries, e.Throttled = &t.requests, &t.accepts, &t.retries, &t.throttled
 	}
+	if f := m.traffic.inFlight; f.on {
+		e.InFlightPeak, e.Limited = &f.peak, &f.limited
+		if f.baseline > 0 {
+			b := breakerconfig.Duration(f.baseline)
+			e.Baseline = &b
+		}
+	}
 	e.Candidate = candidateEntry(m.candidate)
 	if m.group {
 		e.Keys = &breakerconfig.KeySummary{Keys: m.keys, Open: m.open, HalfOpen: m.halfOpen}

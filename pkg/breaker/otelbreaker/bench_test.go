@@ -73,7 +73,8 @@ func BenchmarkExecute(b *testing.B) {
 // nopObserver is a CallObserver that does nothing: what any CallObserver costs.
 type nopObserver struct{}
 
-func (nopObserver) OnTransition(observe.Transition)                  {}
-func (nopObserver) OnCallStart(string, breaker.State)                {}
-func (nopObserver) OnCallEnd(observe.CallEvent)                      {}
-func (nopObserver) OnFallback(string, observe.FallbackReason, error) {}
+func (nopObserver) OnTransition(observe.Transition)   {}
+func (nopObserver) OnCallStart(string, breaker.State) {}
+func (nopObserver) OnCallEnd(observe.CallEvent)       {}
+func (nopObserver) OnFallback(observe.CallEvent)      {}
+func (nopObserver) OnRetry(string, bool)              {}

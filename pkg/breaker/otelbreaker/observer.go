@@ -22,7 +22,7 @@ import (
 // ScopeName is the instrumentation scope of the meter the observer creates.
 const ScopeName = "github.com/fusebox-dev/fusebox/pkg/breaker/otelbreaker"
 
-// Attribute keys, the seed's.
+// Attribute keys, utopia-php/circuit-breaker's.
 const (
 	KeyName          = attribute.Key("circuit_breaker.name")
 	KeyOutcome       = attribute.Key("circuit_breaker.outcome")
@@ -50,7 +50,7 @@ func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = strings.Trim(prefix, ".") }
 }
 
-// Observer records the seed's instruments for every breaker it is given to with
+// Observer records utopia-php/circuit-breaker's instruments for every breaker it is given to with
 // [breaker.WithObserver]. It is a [observe.CallObserver], and a call costs it a few atomic
 // additions: the per-call counters (calls, callback failures, fallbacks) are kept in the
 // observer's own atomic cells and reported as observable counters when metrics are
@@ -63,10 +63,11 @@ func WithPrefix(prefix string) Option {
 type Observer struct {
 	calls, callbackFailures, fallbacks metric.Int64ObservableCounter
 	slowCalls                          metric.Int64ObservableCounter
-	retries, throttled                 metric.Int64ObservableCounter
+	retries, throttled, limited        metric.Int64ObservableCounter
 	transitions                        metric.Int64Counter
 	eventTimestamp                     metric.Float64Gauge
 	state, active, failures, successes metric.Int64ObservableGauge
+	limit                              metric.Int64ObservableGauge
 	registration                       metric.Registration
 
 	series atomic.Pointer[map[string]*series] // copied on write, under mu
@@ -80,10 +81,7 @@ type Observer struct {
 	registries []*registry.Registry
 }
 
-var (
-	_ observe.CallObserver  = (*Observer)(nil)
-	_ observe.RetryObserver = (*Observer)(nil)
-)
+var _ observe.CallObserver = (*Observer)(nil)
 
 var bg = context.Background()
 
@@ -126,6 +124,9 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.throttled, err = m.Int64ObservableCounter(name("breaker.throttled"), metric.WithUnit("{call}"),
 		metric.WithDescription("Calls adaptive throttling rejected while the circuit was closed."))
 	add(err)
+	o.limited, err = m.Int64ObservableCounter(name("breaker.concurrency_limited"), metric.WithUnit("{call}"),
+		metric.WithDescription("Calls the concurrency limit (the pod's share of spec.concurrency.maxInFlight) refused, which never ran."))
+	add(err)
 	o.transitions, err = m.Int64Counter(name("breaker.transitions"), metric.WithUnit("{transition}"),
 		metric.WithDescription("State transitions, by from and to state, by cause, and for an open on calls by trigger (failure_rate, slow_call_rate, failed_probe, slow_probe)."))
 	add(err)
@@ -144,11 +145,14 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.successes, err = m.Int64ObservableGauge(name("breaker.successes"), metric.WithUnit("{success}"),
 		metric.WithDescription("Consecutive half-open successes (Counts().Successes) of tracked breakers."))
 	add(err)
+	o.limit, err = m.Int64ObservableGauge(name("breaker.concurrency_limit"), metric.WithUnit("{call}"),
+		metric.WithDescription("The limit on calls in flight in force (Traffic().Limit: the pod's share, or the adaptive limit under it) of tracked breakers that have one."))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	o.registration, err = m.RegisterCallback(o.observe,
-		o.calls, o.callbackFailures, o.fallbacks, o.slowCalls, o.retries, o.throttled, o.state, o.active, o.failures, o.successes)
+		o.calls, o.callbackFailures, o.fallbacks, o.slowCalls, o.retries, o.throttled, o.limited, o.state, o.active, o.failures, o.successes, o.limit)
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +161,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// Track makes the failures and successes gauges report b, reading [breaker.Breaker.Counts]
-// at collection. The other instruments need no tracking: they cover every breaker the
+// Track makes the failures, successes and concurrency_limit gauges report b, reading
+// [breaker.Breaker.Counts] and [breaker.Breaker.Traffic] at collection. The other instruments need no tracking: they cover every breaker the
 // observer is given to.
 func (o *Observer) Track(b *breaker.Breaker) {
 	o.mu.Lock()
@@ -232,13 +236,14 @@ func (o *Observer) OnTransition(t observe.Transition) {
 			break
 		}
 	}
-	switch {
-	case t.Trigger != observe.TriggerNone && inRange(t.Cause, len(causes)):
+	cause, known := causeOf(t.Reason)
+	switch trigger := triggerOf(t.Trigger); {
+	case known && trigger != "":
 		// Rare (a circuit opening on its calls), so its attribute set is built here.
 		o.transitions.Add(bg, 1, addOpt(s.name, KeyFromState.String(t.From.String()), KeyToState.String(t.To.String()),
-			KeyCause.String(t.Cause.String()), KeyTrigger.String(t.Trigger.String()))...)
-	case inRange(t.Cause, len(causes)):
-		o.transitions.Add(bg, 1, s.transitions[t.From][t.To][t.Cause]...)
+			KeyCause.String(causes[cause]), KeyTrigger.String(trigger))...)
+	case known:
+		o.transitions.Add(bg, 1, s.transitions[t.From][t.To][cause]...)
 	}
 	at := t.At
 	if at.IsZero() {
@@ -276,11 +281,16 @@ func (o *Observer) OnCallEnd(ev observe.CallEvent) {
 	if ev.Slow {
 		s.slow[ev.Initial].n.Add(1)
 	}
-	if ev.Reason == observe.RejectThrottled {
-		s.throttled.n.Add(1)
+	if ev.Outcome == observe.OutcomeRejected {
+		switch {
+		case errors.Is(ev.Err, breaker.ErrThrottled):
+			s.throttled.n.Add(1)
+		case errors.Is(ev.Err, breaker.ErrConcurrencyLimited):
+			s.limited.n.Add(1)
+		}
 	}
-	if ev.Outcome != observe.OutcomeRejected && (ev.Err != nil || ev.Panicked) {
-		s.failureCell(ev.Err, ev.Panicked, ev.Initial).n.Add(1)
+	if ev.Outcome != observe.OutcomeRejected && (ev.Err != nil || ev.Panic != nil) {
+		s.failureCell(ev.Err, ev.Panic, ev.Initial).n.Add(1)
 	}
 	if ev.Initial == breaker.HalfOpen && ev.Outcome != observe.OutcomeRejected {
 		o.eventTimestamp.Record(bg, unixSeconds(time.Now()), s.probeEvent[ev.Outcome]...)
@@ -288,12 +298,13 @@ func (o *Observer) OnCallEnd(ev observe.CallEvent) {
 }
 
 // failureCell returns the counter of a kind of callback failure: the Go type of the error,
-// as the seed records the exception's class ("panic T" for a panic with a value of type
+// as utopia-php/circuit-breaker records the exception's class ("panic T" for a panic with a value of type
 // T), and the state the call ran in.
-func (s *series) failureCell(err error, panicked bool, st breaker.State) *cell {
+func (s *series) failureCell(err error, panicValue any, st breaker.State) *cell {
+	panicked := panicValue != nil
 	k := failKey{t: reflect.TypeOf(err), state: st, panicked: panicked}
-	if pe, ok := err.(*breaker.PanicError); ok && panicked {
-		k.t = reflect.TypeOf(pe.Value)
+	if panicked {
+		k.t = reflect.TypeOf(panicValue)
 	}
 	if c, ok := s.failures.Load(k); ok {
 		return c.(*cell)
@@ -311,14 +322,11 @@ func (s *series) failureCell(err error, panicked bool, st breaker.State) *cell {
 }
 
 // OnFallback implements [observe.CallObserver].
-func (o *Observer) OnFallback(name string, reason observe.FallbackReason, _ error) {
-	if !inRange(reason, 3) {
-		return
-	}
-	o.get(name).fallbacks[reason].n.Add(1)
+func (o *Observer) OnFallback(ev observe.CallEvent) {
+	o.get(ev.Breaker).fallbacks[fallbackOf(ev)].n.Add(1)
 }
 
-// OnRetry implements [observe.RetryObserver].
+// OnRetry implements [observe.CallObserver].
 func (o *Observer) OnRetry(name string, allowed bool) {
 	i := 0
 	if allowed {
@@ -359,6 +367,7 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 			s.retries[i].observe(obs, o.retries)
 		}
 		s.throttled.observe(obs, o.throttled)
+		s.limited.observe(obs, o.limited)
 		s.failures.Range(func(_, c any) bool {
 			c.(*cell).observe(obs, o.callbackFailures)
 			return true
@@ -378,6 +387,9 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 		s := o.get(b.Name())
 		obs.ObserveInt64(o.failures, c.Failures, s.base)
 		obs.ObserveInt64(o.successes, c.Successes, s.base)
+		if tr := b.Traffic(); tr.Limit > 0 {
+			obs.ObserveInt64(o.limit, int64(tr.Limit), s.base)
+		}
 	}
 	for _, b := range tracked {
 		report(b)

@@ -475,7 +475,7 @@ func TestGroupMembersShareASeries(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := range 50 {
-		_ = g.Execute(ctx, fmt.Sprintf("host-%d", i), succeed)
+		_ = g.Get(fmt.Sprintf("host-%d", i)).Execute(ctx, succeed)
 	}
 	h := &harness{t: t, reader: reader}
 	got := h.collect()

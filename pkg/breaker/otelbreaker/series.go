@@ -1,6 +1,7 @@
 package otelbreaker
 
 import (
+	"errors"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -28,11 +30,12 @@ type series struct {
 	started [3]atomic.Int64
 
 	calls     [4][3][3]cell // outcome, initial, final
-	fallbacks [3]cell
+	fallbacks [4]cell
 	slow      [3]cell  // by the state the call ran in
 	failures  sync.Map // failKey → *cell, by error type
 	retries   [2]cell  // refused, allowed (OnRetry)
 	throttled cell     // calls adaptive throttling rejected
+	limited   cell     // calls the concurrency limit refused
 
 	base        metric.ObserveOption
 	active      [3]metric.ObserveOption     // by the state a call was admitted in
@@ -81,9 +84,62 @@ type failKey struct {
 var (
 	states   = [3]breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen}
 	outcomes = [4]observe.Outcome{observe.OutcomeSuccess, observe.OutcomeFailure, observe.OutcomeIgnored, observe.OutcomeRejected}
-	reasons  = [3]observe.FallbackReason{observe.FallbackOpen, observe.FallbackHalfOpenSaturated, observe.FallbackFailure}
-	causes   = [5]observe.TransitionCause{observe.CauseCalls, observe.CauseTimeout, observe.CauseTrip, observe.CauseMode, observe.CauseAdopted}
+	// outcomeNames spell circuit_breaker.outcome, by observe.Outcome.
+	outcomeNames = [4]string{"success", "failure", "ignored", "rejected"}
+	// reasons spell breaker.fallbacks' circuit_breaker.reason (fallbackOf).
+	reasons = [4]string{"open", "half_open_saturated", "failure", "concurrency_limited"}
+	// causes spell breaker.transitions' circuit_breaker.cause (causeOf): what moved the
+	// state, the breaker's own judgement of calls being "calls".
+	causes = [5]string{"calls", "timeout", "trip", "mode", "adopted"}
 )
+
+// causeOf is the index in causes of a transition's reason, and false for a reason this
+// package does not know (one a newer breaker package might add).
+func causeOf(reason string) (int, bool) {
+	switch reason {
+	case breakerconfig.ReasonTripped, breakerconfig.ReasonProbeFailed, breakerconfig.ReasonProbesSucceeded:
+		return 0, true
+	case breakerconfig.ReasonTimedOut:
+		return 1, true
+	case breakerconfig.ReasonManual:
+		return 2, true
+	case breakerconfig.ReasonForced:
+		return 3, true
+	case breakerconfig.ReasonAdopted:
+		return 4, true
+	}
+	return 0, false
+}
+
+// triggerOf spells a transition's trigger as circuit_breaker.trigger does, "" for none.
+func triggerOf(trigger string) string {
+	switch trigger {
+	case breakerconfig.TriggerFailureRate:
+		return "failure_rate"
+	case breakerconfig.TriggerSlowCallRate:
+		return "slow_call_rate"
+	case breakerconfig.TriggerFailedProbe:
+		return "failed_probe"
+	case breakerconfig.TriggerSlowProbe:
+		return "slow_probe"
+	}
+	return ""
+}
+
+// fallbackOf is the index in reasons of the fallback ev describes: a refusal of an open
+// circuit, of a half-open one whose probes were all taken, of the concurrency limit, or a
+// failure.
+func fallbackOf(ev observe.CallEvent) int {
+	switch {
+	case ev.Outcome != observe.OutcomeRejected:
+		return 2
+	case errors.Is(ev.Err, breaker.ErrConcurrencyLimited):
+		return 3
+	case ev.Initial == breaker.HalfOpen:
+		return 1
+	}
+	return 0
+}
 
 func observeOpt(kv ...attribute.KeyValue) metric.ObserveOption {
 	return metric.WithAttributeSet(attribute.NewSet(kv...))
@@ -100,21 +156,22 @@ func recordOpt(kv ...attribute.KeyValue) []metric.RecordOption {
 func newSeries(name string) *series {
 	n := KeyName.String(name)
 	s := &series{name: n, base: metric.WithAttributeSet(attribute.NewSet(n))}
-	for i, oc := range outcomes {
+	for i, oc := range outcomeNames {
 		for j, in := range states {
 			for k, fin := range states {
-				s.calls[i][j][k].opt = observeOpt(n, KeyOutcome.String(oc.String()),
+				s.calls[i][j][k].opt = observeOpt(n, KeyOutcome.String(oc),
 					KeyInitialState.String(in.String()), KeyState.String(fin.String()))
 			}
 		}
-		s.probeEvent[i] = recordOpt(n, KeyEvent.String("probe"), KeyOutcome.String(oc.String()))
+		s.probeEvent[i] = recordOpt(n, KeyEvent.String("probe"), KeyOutcome.String(oc))
 	}
 	for i, r := range reasons {
-		s.fallbacks[i].opt = observeOpt(n, KeyReason.String(r.String()))
+		s.fallbacks[i].opt = observeOpt(n, KeyReason.String(r))
 	}
 	s.retries[0].opt = observeOpt(n, KeyOutcome.String("refused"))
 	s.retries[1].opt = observeOpt(n, KeyOutcome.String("allowed"))
 	s.throttled.opt = s.base
+	s.limited.opt = s.base
 	for i, st := range states {
 		s.slow[i].opt = observeOpt(n, KeyState.String(st.String()))
 		s.active[i] = observeOpt(n, KeyState.String(st.String()))
@@ -123,7 +180,7 @@ func newSeries(name string) *series {
 		for j, to := range states {
 			for k, c := range causes {
 				s.transitions[i][j][k] = addOpt(n, KeyFromState.String(from.String()),
-					KeyToState.String(to.String()), KeyCause.String(c.String()))
+					KeyToState.String(to.String()), KeyCause.String(c))
 			}
 			s.transEvent[i][j] = recordOpt(n, KeyEvent.String("transition"),
 				KeyFromState.String(from.String()), KeyToState.String(to.String()))

@@ -83,7 +83,10 @@ func mustBreaker(t testing.TB, s *Store, name, key string, p breaker.Policy) *br
 const patience = 30 * time.Second
 
 // eventually polls cond every millisecond until it holds or d has passed, and returns how
-// long it took.
+// long it took. It is the root module's testutil.EventuallyEvery, kept as a copy here: this
+// module cannot import the operator's internal/testutil without requiring the operator's
+// module, Kubernetes and all, for its tests, and a module of its own for ten lines of test
+// code would be one more to version and tag (docs/releasing.md).
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()

@@ -366,7 +366,7 @@ func (s *Store) scanRegistries() {
 // publishing and returns at once. It never does I/O, and it ignores transitions the store
 // itself caused by adopting a remote verdict.
 func (s *Store) OnTransition(t observe.Transition) {
-	if t.Cause == observe.CauseAdopted || s.closed.Load() {
+	if t.Reason == breakerconfig.ReasonAdopted || s.closed.Load() {
 		return
 	}
 	s.mu.Lock()

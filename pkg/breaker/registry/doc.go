@@ -4,8 +4,8 @@
 // tenant) under one policy, bounded, whose summary is what a pod reports of it
 // (docs/groups.md).
 //
-// Both are built on package breaker's Breaker; a Group reads its members' clock and
-// published state through the module's internal access package, so that marking a key
-// used reads the call path's clock (one function call and one atomic load) and judging
-// eviction takes no breaker's lock.
+// Both are built on package breaker's Breaker. A Group follows its members through an
+// observer of its own and reads time on the clock they read (the module's internal core
+// package holds both's clocks and options), so that marking a key used costs one atomic
+// load and judging eviction takes no breaker's lock.
 package registry

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/core"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
@@ -19,10 +20,6 @@ import (
 // breaker costs well under a kilobyte, so the default bounds a Group at about a megabyte
 // while leaving room for a service's hosts, routes or busiest tenants.
 const defaultMaxKeys = 1024
-
-// SummaryWorstKeys bounds [GroupSummary.Worst]. A pod's report carries that many keys
-// (pkg/breaker/kube holds the two bounds together).
-const SummaryWorstKeys = 5
 
 // keySeparator joins a Group's name and a key into the name of the key's breaker:
 // "<group>/<key>". A Group's name may not contain it; a key may.
@@ -57,13 +54,15 @@ func SplitKeyName(name string) (group, key string, ok bool) {
 // tenant ID from the request), map them onto a known set first.
 //
 // Looking up an existing key takes no lock and allocates nothing; marking it used writes
-// its coarse timestamp only when the coarse clock has moved (once per millisecond at
+// its timestamp, read on the clock its breakers read (the coarse clock, or the one
+// breaker.WithClock injected), only when that clock has moved (once per millisecond at
 // most), so busy keys cost no shared write per call.
 //
 // A Group is safe for concurrent use.
 type Group struct {
-	name string
-	opts []breaker.Option
+	name  string
+	opts  []breaker.Option
+	clock *core.Reader // the clock opts inject; nil: the coarse clock
 
 	// index maps keys to members for the call path: a lock-free read.
 	index sync.Map // string → *groupMember
@@ -93,8 +92,8 @@ type groupMember struct {
 	g   *Group
 	key string
 	b   *breaker.Breaker
-	// lastUsed is the monotonic reading (b.now) of the latest Get, written only when it
-	// changed.
+	// lastUsed is the Group's monotonic reading (Group.now) at the latest Get, written only
+	// when it changed.
 	lastUsed atomic.Int64
 
 	// guarded by g.mu:
@@ -113,25 +112,43 @@ func NewGroup(name string, p breaker.Policy, opts ...breaker.Option) (*Group, er
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	since := peek.Clock(opts)()
-	return &Group{
+	g := &Group{
 		name:    name,
 		opts:    slices.Clone(opts),
-		policy:  peek.WithDefaults(p),
+		policy:  own(p),
 		maxKeys: defaultMaxKeys,
 		members: map[string]*groupMember{},
-		since:   since,
-	}, nil
+	}
+	if c := core.Apply(opts).Clock; c != nil {
+		g.clock = core.NewReader(c)
+	}
+	g.since = g.wall()
+	return g, nil
 }
 
-// Name returns the Group's name.
-func (g *Group) Name() string { return g.name }
+// now reads the monotonic timeline the Group's members read: the coarse clock (one atomic
+// load), or their injected clock.
+func (g *Group) now() int64 {
+	if g.clock == nil {
+		return core.CoarseNow()
+	}
+	return g.clock.Mono()
+}
 
-// Policy returns the Group's policy, which every member runs.
-func (g *Group) Policy() breaker.Policy {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return peek.WithDefaults(g.policy) // a copy the caller cannot change the members' policy through
+// wall reads the wall clock the Group's members read.
+func (g *Group) wall() time.Time {
+	if g.clock == nil {
+		return time.Now()
+	}
+	return time.Unix(0, g.clock.Instant().Wall)
+}
+
+// own returns p with pointer fields of its own (RetryBudget, Throttle), so that whoever
+// handed p in cannot change the policy the Group and the Registry keep by writing through
+// them.
+func own(p breaker.Policy) breaker.Policy {
+	p.RetryBudget, p.Throttle = core.Copy(p.RetryBudget), core.Copy(p.Throttle)
+	return p
 }
 
 // Get returns the breaker of key, creating it on first use (which may evict another key's
@@ -139,26 +156,12 @@ func (g *Group) Policy() breaker.Policy {
 func (g *Group) Get(key string) *breaker.Breaker {
 	if v, ok := g.index.Load(key); ok {
 		m := v.(*groupMember)
-		if now := peek.Mono(m.b); m.lastUsed.Load() != now {
+		if now := g.now(); m.lastUsed.Load() != now {
 			m.lastUsed.Store(now)
 		}
 		return m.b
 	}
 	return g.create(key)
-}
-
-// Execute runs fn through the breaker of key: Get(key).Execute(ctx, fn).
-func (g *Group) Execute(ctx context.Context, key string, fn func(context.Context) error) error {
-	return g.Get(key).Execute(ctx, fn)
-}
-
-// Lookup returns the breaker of key if the Group holds one, without creating it or marking
-// it used.
-func (g *Group) Lookup(key string) (*breaker.Breaker, bool) {
-	if v, ok := g.index.Load(key); ok {
-		return v.(*groupMember).b, true
-	}
-	return nil, false
 }
 
 func (g *Group) create(key string) *breaker.Breaker {
@@ -181,9 +184,12 @@ func (g *Group) create(key string) *breaker.Breaker {
 		panic("breaker: group holds an invalid policy: " + err.Error())
 	}
 	m.b = b
-	m.lastUsed.Store(peek.Mono(b))
+	m.lastUsed.Store(g.now())
 	// New delivers no transition; a breaker created forced open is open from the start.
-	m.state, m.since = peek.Published(b), peek.Wall(b)
+	m.state, m.since = breaker.Closed, g.wall()
+	if g.policy.Mode == breaker.ModeForcedOpen {
+		m.state = breaker.Open
+	}
 	g.members[key] = m
 	g.count(m.state, 1)
 	g.aggregate(nil, m.since)
@@ -194,10 +200,11 @@ func (g *Group) create(key string) *breaker.Breaker {
 // evictOne evicts the least recently used evictable member, and reports whether there was
 // one. Caller holds mu.
 //
-// It reads states from the published period, without the breaker's lock: an open circuit
-// whose timeout has passed is still open here, which only keeps it longer. A call may
-// open a member in the instant between this read and its removal; its outage is then
-// forgotten, but the member was the one least recently asked for.
+// It judges members by the states their transitions delivered to the Group, without a
+// breaker's lock: an open circuit whose timeout has passed is still open here, which only
+// keeps it longer. A call may open a member in the instant between the breaker's
+// transition and its delivery to the Group; its outage is then forgotten, but the member
+// was the one least recently asked for.
 func (g *Group) evictOne() bool {
 	var victim *groupMember
 	for _, m := range g.members {
@@ -215,7 +222,7 @@ func (g *Group) evictOne() bool {
 	delete(g.members, victim.key)
 	g.index.Delete(victim.key)
 	g.count(victim.state, -1)
-	g.aggregate(nil, peek.Wall(victim.b))
+	g.aggregate(nil, g.wall())
 	return true
 }
 
@@ -224,7 +231,7 @@ func (m *groupMember) evictable() bool {
 	if mode := m.g.policy.Mode; mode == breaker.ModeForcedOpen || mode == breaker.ModeForcedClosed {
 		return true
 	}
-	return m.state == breaker.Closed && peek.Published(m.b) == breaker.Closed
+	return m.state == breaker.Closed
 }
 
 // OnTransition keeps the Group's counts and aggregate state up to date with its members.
@@ -281,7 +288,7 @@ func (g *Group) Update(p breaker.Policy) error {
 	g.updateMu.Lock()
 	defer g.updateMu.Unlock()
 	g.mu.Lock()
-	g.policy = peek.WithDefaults(p)
+	g.policy = own(p)
 	bs := g.breakersLocked(func(*groupMember) bool { return true })
 	g.mu.Unlock()
 	// Outside mu: Update delivers transitions to observers, the Group's own among them.
@@ -319,25 +326,14 @@ func (g *Group) SetMaxKeys(n int) {
 	}
 }
 
-// Keys returns the keys the Group holds, sorted.
-func (g *Group) Keys() []string {
-	g.mu.Lock()
-	keys := make([]string, 0, len(g.members))
-	for k := range g.members {
-		keys = append(keys, k)
-	}
-	g.mu.Unlock()
-	slices.Sort(keys)
-	return keys
-}
-
 // GroupSummary is a Group at a glance: what a pod reports of it instead of one entry per
 // key.
 type GroupSummary struct {
 	// Keys is how many keys the Group holds; Open and HalfOpen how many of them are in
 	// each state.
 	Keys, Open, HalfOpen int
-	// Worst names at most SummaryWorstKeys keys that are not closed: open first, most
+	// Worst names at most breakerconfig.MaxWorstKeys keys (what a pod's report carries)
+	// that are not closed: open first, most
 	// recently opened first, then half-open, most recently first.
 	Worst []string
 	// State is Open while any key is open, else HalfOpen while any key is half-open, else
@@ -385,7 +381,7 @@ func (g *Group) Summary() GroupSummary {
 		}
 		return cmp.Compare(a.key, b.key)
 	})
-	for _, m := range worst[:min(len(worst), SummaryWorstKeys)] {
+	for _, m := range worst[:min(len(worst), breakerconfig.MaxWorstKeys)] {
 		s.Worst = append(s.Worst, m.key)
 	}
 	return s

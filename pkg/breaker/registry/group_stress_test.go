@@ -66,7 +66,7 @@ func TestGroupStress(t *testing.T) {
 						t.Errorf("summary counts %d open keys, fewer than the %d pinned", s.Open, len(pinned))
 					}
 				}
-				_ = g.Execute(ctx, key, func(context.Context) error {
+				_ = g.Get(key).Execute(ctx, func(context.Context) error {
 					if k%9 == 0 { // a few keys are down
 						return errBoom
 					}
@@ -79,14 +79,14 @@ func TestGroupStress(t *testing.T) {
 	g.SetMaxKeys(maxKeys)
 
 	for k, b := range pinned {
-		if got, ok := g.Lookup(k); !ok || got != b {
+		if got, ok := g.lookup(k); !ok || got != b {
 			t.Errorf("the open breaker of %s was evicted", k)
 		}
 	}
 	s := g.Summary()
 	open, halfOpen := 0, 0
-	for _, k := range g.Keys() {
-		b, _ := g.Lookup(k)
+	for _, k := range g.keys() {
+		b, _ := g.lookup(k)
 		switch b.State() {
 		case breaker.Open:
 			open++
@@ -94,8 +94,8 @@ func TestGroupStress(t *testing.T) {
 			halfOpen++
 		}
 	}
-	if s.Keys != len(g.Keys()) || s.Open != open || s.HalfOpen != halfOpen {
-		t.Errorf("summary %d keys, %d open, %d half-open; members %d, %d, %d", s.Keys, s.Open, s.HalfOpen, len(g.Keys()), open, halfOpen)
+	if s.Keys != len(g.keys()) || s.Open != open || s.HalfOpen != halfOpen {
+		t.Errorf("summary %d keys, %d open, %d half-open; members %d, %d, %d", s.Keys, s.Open, s.HalfOpen, len(g.keys()), open, halfOpen)
 	}
 	if s.Keys > maxKeys && s.Keys > open+halfOpen {
 		t.Errorf("%d keys over a bound of %d with only %d not closed", s.Keys, maxKeys, open+halfOpen)

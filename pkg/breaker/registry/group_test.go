@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker"
+	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
-	"github.com/fusebox-dev/fusebox/pkg/breaker/observe"
 )
 
 // groupPolicy opens on two calls that both failed.
@@ -42,10 +42,10 @@ func failKey(t *testing.T, g *Group, key string) {
 func TestGroupKeysAreIndependent(t *testing.T) {
 	g, _, rec := newTestGroup(t, groupPolicy(), 10)
 	failKey(t, g, "acme")
-	if err := g.Execute(context.Background(), "acme", func(context.Context) error { return nil }); !errors.Is(err, breaker.ErrOpen) {
+	if err := g.Get("acme").Execute(context.Background(), func(context.Context) error { return nil }); !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("acme's call: %v, want a short-circuit", err)
 	}
-	if err := g.Execute(context.Background(), "globex", func(context.Context) error { return nil }); err != nil {
+	if err := g.Get("globex").Execute(context.Background(), func(context.Context) error { return nil }); err != nil {
 		t.Errorf("globex's call: %v, want it to run", err)
 	}
 	if acme := g.Get("acme"); g.Get("acme") != acme {
@@ -94,7 +94,7 @@ func TestGroupUpdateReachesEveryMember(t *testing.T) {
 	if err := g.Update(bad); err == nil || !strings.Contains(err.Error(), "failureRatio") {
 		t.Errorf("invalid Update: %v", err)
 	}
-	if got := g.Policy().FailureRatio; got != p.FailureRatio {
+	if got := g.Get("d").Policy().FailureRatio; got != p.FailureRatio {
 		t.Errorf("a refused policy replaced the Group's: ratio %v", got)
 	}
 }
@@ -108,17 +108,14 @@ func TestGroupEvictsLeastRecentlyUsedClosed(t *testing.T) {
 	g.Get("a") // a is now the most recently used
 	clock.Advance(time.Second)
 	g.Get("d")
-	if got := g.Keys(); !slices.Equal(got, []string{"a", "c", "d"}) {
+	if got := g.keys(); !slices.Equal(got, []string{"a", "c", "d"}) {
 		t.Fatalf("keys %v, want b evicted", got)
 	}
-	// Lookup neither creates nor marks used.
-	if _, ok := g.Lookup("b"); ok {
-		t.Error("Lookup found the evicted key")
-	}
-	g.Lookup("c")
+	// A summary marks no key used.
+	g.Summary()
 	clock.Advance(time.Second)
 	g.Get("e")
-	if got := g.Keys(); !slices.Equal(got, []string{"a", "d", "e"}) {
+	if got := g.keys(); !slices.Equal(got, []string{"a", "d", "e"}) {
 		t.Fatalf("keys %v, want c evicted", got)
 	}
 }
@@ -134,10 +131,10 @@ func TestGroupKeepsOutages(t *testing.T) {
 	wantState(t, g.Get("b"), breaker.HalfOpen)
 	openA := g.Get("a")
 
-	if err := g.Execute(context.Background(), "c", func(context.Context) error { return nil }); err != nil {
+	if err := g.Get("c").Execute(context.Background(), func(context.Context) error { return nil }); err != nil {
 		t.Fatalf("new key c refused: %v", err)
 	}
-	if got := g.Keys(); !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := g.keys(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("keys %v, want all three: nothing was evictable", got)
 	}
 	if g.Get("a") != openA {
@@ -149,7 +146,7 @@ func TestGroupKeepsOutages(t *testing.T) {
 	wantState(t, g.Get("b"), breaker.Closed)
 	clock.Advance(time.Second)
 	g.Get("d")
-	if got := g.Keys(); !slices.Equal(got, []string{"a", "d"}) {
+	if got := g.keys(); !slices.Equal(got, []string{"a", "d"}) {
 		t.Fatalf("keys %v, want a (half-open) and d", got)
 	}
 	if s := g.Summary(); s.Keys != 2 || s.HalfOpen != 1 || s.Open != 0 {
@@ -167,7 +164,7 @@ func TestGroupForcedMembersAreEvictable(t *testing.T) {
 		wantState(t, g.Get(k), breaker.Open)
 		clock.Advance(time.Second)
 	}
-	if got := g.Keys(); !slices.Equal(got, []string{"b", "c"}) {
+	if got := g.keys(); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("keys %v, want a evicted", got)
 	}
 	if s := g.Summary(); s.Open != 2 || s.State != breaker.Open || s.Reached.Breaker != "" {
@@ -183,7 +180,7 @@ func TestGroupSetMaxKeys(t *testing.T) {
 	}
 	failKey(t, g, "a")
 	g.SetMaxKeys(2)
-	if got := g.Keys(); !slices.Equal(got, []string{"a", "d"}) {
+	if got := g.keys(); !slices.Equal(got, []string{"a", "d"}) {
 		t.Fatalf("keys %v, want the open a and the newest d", got)
 	}
 	g.SetMaxKeys(0)
@@ -219,7 +216,7 @@ func TestGroupSummary(t *testing.T) {
 	if !slices.Equal(s.Worst, []string{"f", "e", "d", "c", "b"}) {
 		t.Errorf("worst %v, want the five most recently opened", s.Worst)
 	}
-	if !s.Since.Equal(openedAt) || s.Reached.Breaker != "tenants/a" || s.Reached.Cause != observe.CauseCalls || s.Reached.Counts.Failures != 2 {
+	if !s.Since.Equal(openedAt) || s.Reached.Breaker != "tenants/a" || s.Reached.Reason != breakerconfig.ReasonTripped || s.Reached.Counts.Failures != 2 {
 		t.Errorf("the Group opened at %v by %+v, want at %v by a's failures", s.Since, s.Reached, openedAt)
 	}
 
@@ -231,7 +228,7 @@ func TestGroupSummary(t *testing.T) {
 	}
 	clock.Advance(10 * time.Second)
 	s = g.Summary()
-	if s.Open != 0 || s.HalfOpen != 6 || s.State != breaker.HalfOpen || s.Reached.To != breaker.HalfOpen || s.Reached.Cause != observe.CauseTimeout {
+	if s.Open != 0 || s.HalfOpen != 6 || s.State != breaker.HalfOpen || s.Reached.To != breaker.HalfOpen || s.Reached.Reason != breakerconfig.ReasonTimedOut {
 		t.Fatalf("after every timeout: %+v", s)
 	}
 	// Each went half-open when its open period ended, whenever Summary noticed: the most
@@ -264,5 +261,38 @@ func TestGroupLookupAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() { _ = g.Get("k").Execute(ctx, succeed) }); n != 0 {
 		t.Errorf("%v allocations per Get + Execute", n)
+	}
+}
+
+// A Group's policy limits the calls in flight per key: one busy key refuses its own calls
+// over the limit and not another key's, and Update moves every key's limit.
+func TestGroupConcurrencyPerKey(t *testing.T) {
+	p := groupPolicy()
+	p.MaxInFlight = 1
+	g, _, _ := newTestGroup(t, p, 10)
+	done, err := g.Get("a").Allow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Get("a").Allow(); !errors.Is(err, breaker.ErrConcurrencyLimited) || errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("key a over its limit: %v", err)
+	}
+	other, err := g.Get("b").Allow()
+	if err != nil {
+		t.Errorf("key b refused for key a's calls: %v", err)
+	}
+	other(nil)
+	p.MaxInFlight = 2
+	if err := g.Update(p); err != nil {
+		t.Fatal(err)
+	}
+	second, err := g.Get("a").Allow()
+	if err != nil {
+		t.Errorf("key a under its raised limit: %v", err)
+	}
+	second(nil)
+	done(nil)
+	if tr := g.Get("a").Traffic(); tr.Limit != 2 || tr.InFlightPeak != 2 || tr.Limited != 1 {
+		t.Errorf("key a's traffic %+v", tr)
 	}
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +23,22 @@ func testPolicy() breaker.Policy {
 }
 
 // withDefaults is p as a breaker running it reports it.
-func withDefaults(p breaker.Policy) breaker.Policy { return peek.WithDefaults(p) }
+func withDefaults(p breaker.Policy) breaker.Policy {
+	b, err := breaker.New("defaults", p)
+	if err != nil {
+		panic(err)
+	}
+	return b.Policy()
+}
+
+// lookup returns the breaker of key if g holds one, without creating it or marking it
+// used.
+func (g *Group) lookup(key string) (*breaker.Breaker, bool) {
+	if v, ok := g.index.Load(key); ok {
+		return v.(*groupMember).b, true
+	}
+	return nil, false
+}
 
 // doN makes n admitted calls through b, each returning err.
 func doN(t *testing.T, b *breaker.Breaker, n int, err error) {
@@ -52,4 +68,16 @@ func (r *recorder) takeTransitions() []observe.Transition {
 	t := r.transitions
 	r.transitions = nil
 	return t
+}
+
+// keys returns the keys the Group holds, sorted.
+func (g *Group) keys() []string {
+	g.mu.Lock()
+	keys := make([]string, 0, len(g.members))
+	for k := range g.members {
+		keys = append(keys, k)
+	}
+	g.mu.Unlock()
+	slices.Sort(keys)
+	return keys
 }

@@ -35,7 +35,7 @@ func New(defaultPolicy breaker.Policy, opts ...breaker.Option) (*Registry, error
 		return nil, err
 	}
 	return &Registry{
-		def:        peek.WithDefaults(defaultPolicy),
+		def:        own(defaultPolicy),
 		opts:       slices.Clone(opts),
 		configured: map[string]breaker.Policy{},
 		breakers:   map[string]*breaker.Breaker{},
@@ -152,18 +152,6 @@ func (r *Registry) LookupGroup(name string) (*Group, bool) {
 	return g, ok
 }
 
-// GroupNames returns the names of the existing Groups, sorted.
-func (r *Registry) GroupNames() []string {
-	r.mu.RLock()
-	names := make([]string, 0, len(r.groups))
-	for n := range r.groups {
-		names = append(names, n)
-	}
-	r.mu.RUnlock()
-	slices.Sort(names)
-	return names
-}
-
 // Lookup returns the breaker named name if it exists, without creating it.
 func (r *Registry) Lookup(name string) (*breaker.Breaker, bool) {
 	r.mu.RLock()
@@ -202,7 +190,7 @@ func (r *Registry) Apply(policies map[string]breaker.Policy) error {
 			}
 			continue
 		}
-		next[name] = peek.WithDefaults(p)
+		next[name] = own(p)
 	}
 	r.configured = next
 	type update struct {
@@ -256,11 +244,15 @@ func (r *Registry) Each(f func(*breaker.Breaker)) {
 	}
 }
 
-// Names returns the names of the existing breakers, sorted.
+// Names returns the names of the existing breakers and Groups, sorted: the registry's one
+// namespace (Lookup and LookupGroup tell which a name is).
 func (r *Registry) Names() []string {
 	r.mu.RLock()
-	names := make([]string, 0, len(r.breakers))
+	names := make([]string, 0, len(r.breakers)+len(r.groups))
 	for n := range r.breakers {
+		names = append(names, n)
+	}
+	for n := range r.groups {
 		names = append(names, n)
 	}
 	r.mu.RUnlock()

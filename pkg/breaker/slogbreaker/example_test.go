@@ -27,5 +27,5 @@ func Example() {
 		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("upstream 503") })
 	}
 	// Output:
-	// level=WARN msg="circuit breaker transition" breaker=payments from=closed to=open cause=calls period=1 calls=2 failures=2 successes=0 failure_rate=1 trigger=failure_rate consecutive_opens=1 open_for=30s error="upstream 503"
+	// level=WARN msg="circuit breaker transition" breaker=payments from=closed to=open reason=Tripped period=1 calls=2 failures=2 successes=0 failure_rate=1 trigger=FailureRate consecutive_opens=1 open_for=30s error="upstream 503"
 }

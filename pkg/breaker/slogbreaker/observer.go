@@ -72,7 +72,7 @@ func (o *Observer) OnTransition(t observe.Transition) {
 		slog.String("breaker", t.Breaker),
 		slog.String("from", t.From.String()),
 		slog.String("to", t.To.String()),
-		slog.String("cause", t.Cause.String()),
+		slog.String("reason", t.Reason),
 		slog.Uint64("period", t.Period),
 		slog.Int64("calls", t.Counts.Calls),
 		slog.Int64("failures", t.Counts.Failures),
@@ -82,8 +82,8 @@ func (o *Observer) OnTransition(t observe.Transition) {
 		r.AddAttrs(slog.Float64("failure_rate", float64(t.Counts.Failures)/float64(t.Counts.Calls)))
 	}
 	// Why it opened, with the figure: the failure rate above, or the slow calls.
-	if t.Trigger != observe.TriggerNone {
-		r.AddAttrs(slog.String("trigger", t.Trigger.String()))
+	if t.Trigger != "" {
+		r.AddAttrs(slog.String("trigger", t.Trigger))
 	}
 	if t.Counts.Slow > 0 {
 		r.AddAttrs(slog.Int64("slow", t.Counts.Slow))

@@ -59,15 +59,15 @@ func TestLogsEveryTransition(t *testing.T) {
 	open := got[0]
 	for k, want := range map[string]any{
 		"msg": slogbreaker.Message, "level": "WARN", "breaker": "payments", "from": "closed", "to": "open",
-		"cause": "calls", "calls": 4.0, "failures": 3.0, "failure_rate": 0.75, "error": "upstream 503",
-		"trigger": "failure_rate", "consecutive_opens": 1.0, "open_for": float64(time.Minute),
+		"reason": "Tripped", "calls": 4.0, "failures": 3.0, "failure_rate": 0.75, "error": "upstream 503",
+		"trigger": "FailureRate", "consecutive_opens": 1.0, "open_for": float64(time.Minute),
 		"time": openedAt.Format(time.RFC3339Nano),
 	} {
 		if open[k] != want {
 			t.Errorf("open record %s = %v, want %v", k, open[k], want)
 		}
 	}
-	if got[1]["to"] != "half_open" || got[1]["cause"] != "timeout" || got[1]["level"] != "INFO" {
+	if got[1]["to"] != "half_open" || got[1]["reason"] != "TimedOut" || got[1]["level"] != "INFO" {
 		t.Errorf("half-open record %v", got[1])
 	}
 	if got[2]["from"] != "half_open" || got[2]["to"] != "closed" || got[2]["successes"] != 1.0 {

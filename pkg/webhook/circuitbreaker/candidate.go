@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/policy"
 )
 
 // validateCandidate judges spec.candidate as the schema does (docs/design.md §11): its
@@ -22,7 +23,7 @@ func validateCandidate(s, old *resiliencev1alpha1.CircuitBreakerSpec, path *fiel
 	var was resiliencev1alpha1.CandidatePolicy
 	var oldEffective resiliencev1alpha1.CircuitBreakerSpec
 	if old != nil && old.Candidate != nil {
-		was, oldEffective = *old.Candidate, effective(old.CandidateSpec())
+		was, oldEffective = *old.Candidate, effective(policy.CandidateSpec(*old))
 	}
 	updating := old != nil && old.Candidate != nil
 	var errs field.ErrorList
@@ -41,7 +42,7 @@ func validateCandidate(s, old *resiliencev1alpha1.CircuitBreakerSpec, path *fiel
 		errs = append(errs, field.Invalid(path.Child(d.name), d.now.Duration.String(), "must be a whole number of milliseconds"))
 	}
 	// With the defaults the API server fills in before it asks the webhook.
-	judged := effective(s.CandidateSpec())
+	judged := effective(policy.CandidateSpec(*s))
 	open, most := judged.OpenTimeout, judged.MaxOpenTimeout
 	if open == nil || most == nil || most.Duration >= open.Duration {
 		return errs
@@ -73,7 +74,7 @@ func candidateWarnings(cb *resiliencev1alpha1.CircuitBreaker, s resiliencev1alph
 		return nil
 	}
 	var w []string
-	if candidate := effective(cb.Spec.CandidateSpec()); reflect.DeepEqual(candidate, withoutCandidate(s)) {
+	if candidate := effective(policy.CandidateSpec(cb.Spec)); reflect.DeepEqual(candidate, withoutCandidate(s)) {
 		w = append(w, "spec.candidate sets nothing the spec does not already: it judges every call exactly as the enforced policy does, so it can tell you nothing; set the fields you want to try")
 	}
 	if s.Mode == resiliencev1alpha1.ModeForcedOpen {

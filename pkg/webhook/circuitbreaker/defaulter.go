@@ -66,6 +66,20 @@ func SetDefaults(s *resiliencev1alpha1.CircuitBreakerSpec) {
 	if t := s.Throttle; t != nil && t.K == nil {
 		t.K = ptr.To(resiliencev1alpha1.DefaultThrottleK)
 	}
+	// Likewise the fleet's limit on calls in flight, and its limiter within it.
+	if c := s.Concurrency; c != nil {
+		if c.MaxWait == nil {
+			c.MaxWait = &metav1.Duration{Duration: resiliencev1alpha1.DefaultMaxWait}
+		}
+		if a := c.Adaptive; a != nil {
+			if a.Tolerance == nil {
+				a.Tolerance = ptr.To(resiliencev1alpha1.DefaultAdaptiveTolerance)
+			}
+			if a.MinLimit == nil {
+				a.MinLimit = ptr.To[int32](resiliencev1alpha1.DefaultAdaptiveMinLimit)
+			}
+		}
+	}
 }
 
 // effective returns s with its defaults, leaving s alone: what the breaker runs.

@@ -46,7 +46,7 @@ func (v Validator) ValidateUpdate(_ context.Context, old, cb *resiliencev1alpha1
 	}
 	errs := validateSpec(&cb.Spec, &old.Spec, field.NewPath("spec"))
 	errs = append(errs, validateOverride(cb.Spec.Override, old.Spec.Override, v.now(), field.NewPath("spec", "override"))...)
-	return Warnings(cb), invalid(cb, errs)
+	return warnings(cb, reportingPods(old)), invalid(cb, errs)
 }
 
 func (v Validator) now() time.Time {
@@ -120,11 +120,13 @@ func validateSpec(s, old *resiliencev1alpha1.CircuitBreakerSpec, path *field.Pat
 	check("maxOpenTimeout", s.MaxOpenTimeout, oldMax, old != nil)
 	var oldBudget *resiliencev1alpha1.RetryBudget
 	var oldThrottle *resiliencev1alpha1.Throttle
+	var oldConcurrency *resiliencev1alpha1.Concurrency
 	if old != nil {
-		oldBudget, oldThrottle = old.RetryBudget, old.Throttle
+		oldBudget, oldThrottle, oldConcurrency = old.RetryBudget, old.Throttle, old.Concurrency
 	}
 	errs = append(errs, validateRetryBudget(s.RetryBudget, oldBudget, path.Child("retryBudget"))...)
 	errs = append(errs, validateThrottle(s.Throttle, oldThrottle, path.Child("throttle"))...)
+	errs = append(errs, validateConcurrency(s.Concurrency, oldConcurrency, path.Child("concurrency"))...)
 	errs = append(errs, validateCandidate(s, old, path.Child("candidate"))...)
 	return errs
 }

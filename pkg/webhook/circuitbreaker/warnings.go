@@ -38,10 +38,19 @@ const (
 //     where it judges nothing;
 //   - maxOpenTimeout equal to openTimeout, which backs off nothing;
 //   - a candidate that changes nothing of the policy, or one under mode ForcedOpen,
-//     which runs no call for it to judge.
+//     which runs no call for it to judge;
+//   - spec.concurrency.maxInFlight below the pods status.memberCounts.reporting counts,
+//     or maxWait longer than window (concurrencyWarnings).
 //
 // Unset fields count with their defaults.
 func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
+	return warnings(cb, reportingPods(cb))
+}
+
+// warnings is Warnings with the reporting pods counted by the caller: on an update, the
+// stored object's status, since the status of the object an update sends is not what the
+// operator wrote.
+func warnings(cb *resiliencev1alpha1.CircuitBreaker, reporting int32) []string {
 	s := effective(cb.Spec)
 	var w []string
 	if n := *s.MinimumThroughput; n < LowMinimumThroughput {
@@ -69,7 +78,8 @@ func Warnings(cb *resiliencev1alpha1.CircuitBreaker) []string {
 		}
 	}
 	w = append(w, timingWarnings(s)...)
-	return append(w, candidateWarnings(cb, s)...)
+	w = append(w, candidateWarnings(cb, s)...)
+	return append(w, concurrencyWarnings(s, reporting)...)
 }
 
 // timingWarnings are Warnings' findings about slow calls and backoff (docs/design.md §5.13).

@@ -65,7 +65,7 @@ func sidecarSecurityContext() *corev1.SecurityContext {
 // as p plans (to the mounted ConfigMap, reporting as the pod, or to the node agent),
 // serving its socket on the shared emptyDir.
 //
-// Its startup probe (`fuseboxd --probe`, GET /healthz on the socket, every second for up
+// It runs `fuseboxd serve`. Its startup probe (`fuseboxd probe`, GET /healthz on the socket, every second for up
 // to a minute) holds the application's containers back until the socket answers: the
 // kubelet starts the containers after a native sidecar only once the sidecar's startup
 // probe has succeeded, so no worker's first call finds nothing listening.
@@ -83,10 +83,10 @@ func (p *planner) sidecarContainer(image string) corev1.Container {
 		// pod starts: an image loaded onto the node by hand (a local cluster, an
 		// air-gapped one) is used as it is, and a registry's is pulled once per node.
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Args:            []string{"--socket", socket},
+		Args:            []string{"serve", "--socket", socket},
 		RestartPolicy:   &always,
 		StartupProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{SidecarBinary, "--probe", "--socket", socket}}},
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{SidecarBinary, "probe", "--socket", socket}}},
 			PeriodSeconds:    1,
 			TimeoutSeconds:   2,
 			FailureThreshold: 60,

@@ -47,8 +47,11 @@ func TestSidecar(t *testing.T) {
 			t.Errorf("sidecar pull policy %q, want IfNotPresent", sc.ImagePullPolicy)
 		}
 		hasInjected(t, "sidecar", sc)
-		if pr := sc.StartupProbe; pr == nil || pr.Exec == nil || !slices.Equal(pr.Exec.Command, []string{SidecarBinary, "--probe", "--socket", SocketDir + "/fusebox.sock"}) {
-			t.Errorf("sidecar startup probe %+v: want fuseboxd --probe on the socket", pr)
+		if !slices.Equal(sc.Args, []string{"serve", "--socket", SocketDir + "/fusebox.sock"}) {
+			t.Errorf("sidecar args %q: want fuseboxd serve on the socket", sc.Args)
+		}
+		if pr := sc.StartupProbe; pr == nil || pr.Exec == nil || !slices.Equal(pr.Exec.Command, []string{SidecarBinary, "probe", "--socket", SocketDir + "/fusebox.sock"}) {
+			t.Errorf("sidecar startup probe %+v: want fuseboxd probe on the socket", pr)
 		}
 		if sc.Resources.Requests.Memory().String() != "32Mi" || sc.Resources.Requests.Cpu().String() != "10m" || sc.Resources.Limits != nil {
 			t.Errorf("sidecar resources %+v, want requests 10m and 32Mi, no limits", sc.Resources)

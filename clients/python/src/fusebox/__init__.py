@@ -5,7 +5,7 @@ sidecar and so shared by every process of the pod (docs/clients.md).
 
     payments = fusebox.breaker("payments-api")
     quote = payments.call(
-        open=lambda cause: cache.get("quote"),   # short-circuited, or close raised
+        fallback=lambda cause: cache.get("quote"),   # short-circuited, or close raised
         close=lambda: api.quote(),
         half_open=lambda: api.quote(timeout=1),  # optional: used while probing
     )
@@ -21,6 +21,7 @@ from ._core import DEFAULT_SOCKET, IsFailure
 from ._sync import Breaker, Client
 from ._types import (
     CircuitOpen,
+    Description,
     FuseboxError,
     Outcome,
     Permit,
@@ -36,6 +37,7 @@ __all__ = [
     "Breaker",
     "CircuitOpen",
     "Client",
+    "Description",
     "FuseboxError",
     "Outcome",
     "Permit",

@@ -8,12 +8,13 @@ import logging
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from ._http import Answer, Malformed, path_segment
-from ._types import CircuitOpen, Outcome, Permit, SidecarError, SidecarUnreachable, State, Stats, Unreachable
+from ._types import CircuitOpen, Description, Outcome, Permit, SidecarError, SidecarUnreachable, State, Stats, Unreachable
 
 DEFAULT_SOCKET = "/var/run/fusebox/fusebox.sock"
 
@@ -48,6 +49,7 @@ class Options:
 
 IsFailure = Callable[[Exception], bool]
 R = TypeVar("R")
+F = TypeVar("F")
 
 
 def every_exception(_: Exception) -> bool:
@@ -211,12 +213,12 @@ class Sidecar:
 
     # Reading and tripping.
 
-    def description(self, name: str, answer: Answer) -> dict[str, object]:
+    def description(self, name: str, answer: Answer) -> Description:
         return self._answered(lambda: self._description(name, answer))
 
-    def _description(self, name: str, answer: Answer) -> dict[str, object]:
+    def _description(self, name: str, answer: Answer) -> Description:
         if answer.status == 200:
-            return answer.document()
+            return cast(Description, answer.document())
         if 400 <= answer.status < 500:
             raise SidecarError(f"fusebox: {name}: the sidecar refused the request ({answer.status}): {_why(answer)}", answer.status)
         raise Malformed(f"a {answer.status} to a read: {_why(answer)}")
@@ -251,8 +253,8 @@ def trip_request(name: str) -> tuple[str, str, bytes]:
     return "POST", f"/v1/breakers/{path_segment(name)}/trip", b""
 
 
-def state_of(description: dict[str, object]) -> State:
-    named = description.get("state")
+def state_of(description: Description) -> State:
+    named: object = description.get("state")
     if isinstance(named, str) and named in _STATES:
         return State(named)
     raise Malformed(f"a breaker whose state is {named!r}")
@@ -282,3 +284,18 @@ def _why(answer: Answer) -> str:
     except Malformed:
         return repr(answer.body[:80]) if answer.body else "no body"
     return str(error) if error is not None else "no error given"
+
+
+def fallback_of(fallback: F | None, renamed: dict[str, F]) -> F | None:
+    """The fallback call() was given: fallback=, or open=, its name until it shadowed the
+    builtin no more, which still works with a DeprecationWarning. Any other keyword is the
+    TypeError Python would raise."""
+    for keyword in renamed:
+        if keyword != "open":
+            raise TypeError(f"call() got an unexpected keyword argument {keyword!r}")
+    if "open" not in renamed:
+        return fallback
+    if fallback is not None:
+        raise TypeError("call() got both fallback= and open=, its former name")
+    warnings.warn("call(open=...) is deprecated: pass fallback=", DeprecationWarning, stacklevel=3)
+    return renamed["open"]

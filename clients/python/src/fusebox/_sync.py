@@ -11,7 +11,7 @@ from typing import TypeVar
 from . import _core
 from ._core import DEFAULT_SOCKET, IsFailure, Options, Sidecar, Stale, describe_error
 from ._http import Answer, Malformed, Reader, encode
-from ._types import CircuitOpen, Outcome, Permit, SidecarUnreachable, State, Stats, Unreachable
+from ._types import CircuitOpen, Description, Outcome, Permit, SidecarUnreachable, State, Stats, Unreachable
 
 T = TypeVar("T")
 
@@ -172,28 +172,32 @@ class Breaker:
     def call(
         self,
         *,
-        open: Callable[[Exception], T] | None = None,
         close: Callable[[], T],
+        fallback: Callable[[Exception], T] | None = None,
         half_open: Callable[[], T] | None = None,
+        **renamed: Callable[[Exception], T],
     ) -> T:
-        """The seed's call(open, close, halfOpen): runs ``close`` while the circuit is
-        closed (``half_open``, when given, while it probes), and ``open`` instead when the
-        call is short-circuited (its cause a CircuitOpen) or when the call fails (its cause
-        what it raised). Without ``open`` those are raised. A call that returns is a
+        """call(open, close, halfOpen), as utopia-php/circuit-breaker has it: runs ``close``
+        while the circuit is closed (``half_open``, when given, while it probes), and
+        ``fallback`` instead when the call is short-circuited (its cause a CircuitOpen) or
+        when the call fails (its cause what it raised). Without ``fallback`` those are
+        raised. ``open=``, its name until it shadowed the builtin no more, still works and
+        warns (DeprecationWarning). A call that returns is a
         success; one interrupted (KeyboardInterrupt, SystemExit) counts for nothing."""
+        fallback = _core.fallback_of(fallback, renamed)
         permit = self._admit(None)
         if isinstance(permit, CircuitOpen):
-            if open is None:
+            if fallback is None:
                 raise permit
-            return open(permit)
+            return fallback(permit)
         run = half_open if permit.probe and half_open is not None else close
         try:
             result = run()
         except Exception as e:
             failed = self._is_failure(e)
             self.release(permit, Outcome.FAILURE if failed else Outcome.SUCCESS)
-            if failed and open is not None:
-                return open(e)
+            if failed and fallback is not None:
+                return fallback(e)
             raise
         except BaseException:
             self.release(permit, Outcome.IGNORED)
@@ -236,7 +240,7 @@ class Breaker:
                 pass
         return State.CLOSED if self._when is Unreachable.FAIL_OPEN else State.OPEN
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> Description:
         """The breaker as the sidecar serves it: name, state, mode, counts, policy,
         generation. Raises SidecarUnreachable when it cannot."""
         sidecar = self.client._sidecar
@@ -249,7 +253,7 @@ class Breaker:
             raise error from None
 
     def trip(self) -> None:
-        """Opens the circuit now, for every process of the pod (the seed's trip())."""
+        """Opens the circuit now, for every process of the pod (trip(), as utopia-php/circuit-breaker has it)."""
         sidecar = self.client._sidecar
         answer = self.client._exchange("trip", _core.trip_request(self.name))
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TypedDict
 
 
 class State(enum.StrEnum):
@@ -76,17 +77,18 @@ class FuseboxError(Exception):
 
 class CircuitOpen(FuseboxError):
     """A short-circuited call: the circuit is open, half-open with every probe slot taken,
-    held open, out of permits, or (with FAIL_CLOSED) the sidecar could not decide. It is
-    the cause call() gives its open fallback."""
+    held open, out of permits, over its share of the fleet's limit on calls in flight, or
+    (with FAIL_CLOSED) the sidecar could not decide. It is the cause call() gives its open
+    fallback."""
 
     def __init__(self, breaker: str, state: State, reason: str, retry_after_ms: int) -> None:
         super().__init__(f"fusebox: {breaker}: short-circuited, circuit {state} ({reason}); ask again in {retry_after_ms} ms")
         self.breaker = breaker
         self.state = state
         self.reason = reason
-        """fuseboxd's reason ("open", "half_open_saturated", "forced_open", one for a
-        client holding too many permits, ...), "unknown" when it gave none, or
-        "unreachable"."""
+        """fuseboxd's reason ("open", "half_open_saturated", "forced_open", "concurrency"
+        for a concurrency limit reached, with the circuit closed, one for a client holding
+        too many permits, ...), "unknown" when it gave none, or "unreachable"."""
         self.retry_after_ms = retry_after_ms
 
 
@@ -104,3 +106,65 @@ class SidecarUnreachable(SidecarError):
     """The sidecar could not decide: it refused or timed out the connection, or answered
     what fuseboxd never would. Breakers fail open (or closed) instead of raising it; only
     describe() and trip(), which cannot, raise it."""
+
+
+class Counts(TypedDict):
+    """A breaker's tallies (Breaker.Counts in the Go library)."""
+
+    calls: int
+    failures: int
+    successes: int
+    slow: int
+
+
+class PermitFigures(TypedDict):
+    """The permits the sidecar's clients hold, let lapse, and were refused at a cap."""
+
+    held: int
+    lapsed: int
+    refusedAtCap: int
+
+
+class Policy(TypedDict, total=False):
+    """A published policy (docs/config-format.md); durations in Go's syntax ("30s"). The
+    optional judgements (slowCallDuration, maxOpenTimeout, retryBudget, ...) are there
+    only when set."""
+
+    name: str
+    generation: int
+    uid: str
+    openTimeout: str
+    window: str
+    failureRatio: float
+    minimumThroughput: int
+    successThreshold: int
+    halfOpenPermittedCalls: int
+    slowCallDuration: str
+    slowCallRatio: float
+    maxOpenTimeout: str
+    mode: str
+    scope: str
+    retryBudget: dict[str, int]
+    throttle: dict[str, float]
+    fleet: dict[str, int]
+    verdict: dict[str, object]
+    candidate: dict[str, object]
+
+
+class _Described(TypedDict):
+    name: str
+    state: str
+    """closed, open or half_open (a State's value)."""
+    mode: str
+    counts: Counts
+    permits: PermitFigures
+    policy: Policy
+    generation: int
+    """The generation of the published config it runs; 0 for the default policy."""
+
+
+class Description(_Described, total=False):
+    """A breaker as fuseboxd serves it (GET /v1/breakers/{name}; docs/fuseboxd.md)."""
+
+    candidate: dict[str, object]
+    """What its candidate policy did in shadow (docs/design.md §11); absent without one."""

@@ -11,7 +11,7 @@ from typing import TypeVar, cast
 from . import _core
 from ._core import DEFAULT_SOCKET, IsFailure, Options, Sidecar, Stale, describe_error
 from ._http import Answer, Malformed, Reader, encode
-from ._types import CircuitOpen, Outcome, Permit, SidecarUnreachable, State, Stats, Unreachable
+from ._types import CircuitOpen, Description, Outcome, Permit, SidecarUnreachable, State, Stats, Unreachable
 
 __all__ = ["AsyncClient", "AsyncBreaker"]
 
@@ -144,25 +144,27 @@ class AsyncBreaker:
     async def call(
         self,
         *,
-        open: Callable[[Exception], Awaitable[T] | T] | None = None,
         close: Callable[[], Awaitable[T] | T],
+        fallback: Callable[[Exception], Awaitable[T] | T] | None = None,
         half_open: Callable[[], Awaitable[T] | T] | None = None,
+        **renamed: Callable[[Exception], Awaitable[T] | T],
     ) -> T:
-        """As Breaker.call; a cancelled call (asyncio.CancelledError) counts for nothing
-        and is raised."""
+        """As Breaker.call (``open=`` still works as ``fallback=``, and warns); a cancelled
+        call (asyncio.CancelledError) counts for nothing and is raised."""
+        fallback = _core.fallback_of(fallback, renamed)
         permit = await self._admit(None)
         if isinstance(permit, CircuitOpen):
-            if open is None:
+            if fallback is None:
                 raise permit
-            return await _result(open(permit))
+            return await _result(fallback(permit))
         run = half_open if permit.probe and half_open is not None else close
         try:
             result = await _result(run())
         except Exception as e:
             failed = self._is_failure(e)
             await self.release(permit, Outcome.FAILURE if failed else Outcome.SUCCESS)
-            if failed and open is not None:
-                return await _result(open(e))
+            if failed and fallback is not None:
+                return await _result(fallback(e))
             raise
         except BaseException:
             # Cancelled: the outcome is settled on its own, so that a second cancellation
@@ -202,7 +204,7 @@ class AsyncBreaker:
                 pass
         return State.CLOSED if self._when is Unreachable.FAIL_OPEN else State.OPEN
 
-    async def describe(self) -> dict[str, object]:
+    async def describe(self) -> Description:
         sidecar = self.client._sidecar
         answer = await self.client._exchange("describe", _core.describe_request(self.name))
         try:
