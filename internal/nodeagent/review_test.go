@@ -16,7 +16,7 @@ import (
 // TokenReview of it, and a request that gives up before the answer leaves the answer
 // kept, so that a pod asking again costs the API server nothing more. Without it, when
 // 5,000 pods started at once on a slow API server in make bench-fleet, every retry
-// began a review that was given up in its turn (docs/benchmarks.md, "Through node
+// began a review that was given up in its turn (docs/benchmarks.md, "Node
 // agents").
 func TestTokenReviewOutlivesItsRequest(t *testing.T) {
 	t.Parallel()

@@ -59,6 +59,7 @@ func TestDashboardInChromium(t *testing.T) {
 		s.Scope = resiliencev1alpha1.ScopeFleet
 		s.FleetQuorumPercent = ptr.To[int32](50)
 		fleetPolicies(s)
+		s.Concurrency = &resiliencev1alpha1.Concurrency{MaxInFlight: 30}
 	})
 	createBreaker(t, ns, "search", nil)
 	createBreaker(t, ns, "recommendations", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
@@ -76,7 +77,7 @@ func TestDashboardInChromium(t *testing.T) {
 	for _, pod := range []string{"checkout-0", "checkout-1", "checkout-2"} {
 		report(t, ns, pod,
 			entry("payments-api", resiliencev1alpha1.StateClosed, "Started"),
-			withTraffic(entry("inventory", resiliencev1alpha1.StateClosed, "Started"), 100, 50, 10, 20),
+			withConcurrency(withTraffic(entry("inventory", resiliencev1alpha1.StateClosed, "Started"), 100, 50, 10, 20), 4, 2),
 			searchClosed)
 	}
 	waitState(t, ns, "payments-api", resiliencev1alpha1.StateClosed, 0, 0, 3)
@@ -164,6 +165,10 @@ func TestDashboardInChromium(t *testing.T) {
 	if facts := text(card("inventory") + ` dl`); !strings.Contains(facts, "11% of first attempts (budget 20% + 10/s)") ||
 		!strings.Contains(facts, "20% of requests (k 2)") {
 		t.Errorf("inventory's card does not show the fleet's retry and throttle ratios: %q", facts)
+	}
+	// The fleet's limit of 30 in three shares of 10; each pod's peak 4 and 2 refusals.
+	if c := text(card("inventory") + ` [data-role="concurrency"]`); c != "12 of 30 in flight at the pods' peaks · 10 a pod × 3 · 6 refused" {
+		t.Errorf("inventory's card shows its concurrency as %q", c)
 	}
 	if cls := class(card("payments-api")); cls == "" || strings.Contains(cls, "forced") {
 		t.Errorf("payments-api (Enforce): class %q, want a card with no forced mark", cls)

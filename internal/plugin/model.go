@@ -31,6 +31,10 @@ type Breaker struct {
 	OpenTimeout      string    `json:"openTimeout,omitempty"`
 	// Traffic is the fleet's traffic, for a breaker with a retry budget or throttling.
 	Traffic *Traffic `json:"traffic,omitempty"`
+	// Concurrency is status.concurrency, for a breaker with spec.concurrency: the fleet's
+	// limit, each pod's share, and the pods' peaks and refusals; maxInFlight alone until
+	// the operator has divided it.
+	Concurrency *resiliencev1alpha1.FleetConcurrency `json:"concurrency,omitempty"`
 	// Why is the Open condition's message while the circuit is not closed: who opened it
 	// and on what evidence, or why a Fleet breaker is half-open with no pod probing (its
 	// openers are short of the quorum, or its pods follow the probes that closed it).
@@ -120,6 +124,12 @@ func breakerView(cb *resiliencev1alpha1.CircuitBreaker, now time.Time) Breaker {
 		b.Pods = Pods{Reporting: c.Reporting, Open: c.Open, HalfOpen: c.HalfOpen, Closed: c.Closed, OnLatestConfig: c.OnLatestConfig}
 	}
 	b.Traffic = trafficView(cb)
+	if c := cb.Spec.Concurrency; c != nil {
+		b.Concurrency = &resiliencev1alpha1.FleetConcurrency{MaxInFlight: c.MaxInFlight}
+		if s := cb.Status.Concurrency; s != nil {
+			b.Concurrency = s.DeepCopy()
+		}
+	}
 	if c := meta.FindStatusCondition(cb.Status.Conditions, resiliencev1alpha1.ConditionOpen); c != nil &&
 		c.Status != metav1.ConditionUnknown && cb.Status.State != "" && cb.Status.State != resiliencev1alpha1.StateClosed {
 		b.Why = c.Message

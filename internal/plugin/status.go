@@ -198,6 +198,7 @@ func writeDetail(out io.Writer, cb *resiliencev1alpha1.CircuitBreaker, ts []Tran
 		fmt.Fprintf(w, "Consecutive opens:\t%d (open period %s)\n", b.ConsecutiveOpens, b.OpenTimeout)
 	}
 	writeTraffic(w, b.Traffic)
+	writeConcurrency(w, b.Concurrency)
 	fmt.Fprintf(w, "Age:\t%s\n", age(b.Created, now))
 	if err := section(); err != nil {
 		return err
@@ -255,6 +256,20 @@ func writeTraffic(w io.Writer, t *Traffic) {
 		fmt.Fprintf(w, "Throttle:\tk = %s\n", strconv.FormatFloat(t.ThrottleK, 'g', -1, 64))
 		fmt.Fprintf(w, "Throttled:\t%s of requests (%d of %d; %d accepted)\n", percentText(t.ThrottledPercent), t.Throttled, t.Requests, t.Accepts)
 	}
+}
+
+// writeConcurrency writes how the fleet's limit on calls in flight is divided and what
+// the pods' windows hold of it, for a breaker with spec.concurrency.
+func writeConcurrency(w io.Writer, c *resiliencev1alpha1.FleetConcurrency) {
+	if c == nil {
+		return
+	}
+	if c.Pods == 0 {
+		fmt.Fprintf(w, "Concurrency:\t%d in flight for the fleet, not divided yet (no pod counted)\n", c.MaxInFlight)
+		return
+	}
+	fmt.Fprintf(w, "Concurrency:\t%d in flight for the fleet: %d a pod, over %d pods\n", c.MaxInFlight, c.Share, c.Pods)
+	fmt.Fprintf(w, "In flight:\t%d at the pods' peaks added up; %d calls refused by the limit\n", c.InFlight, c.Limited)
 }
 
 // rateText is a member's failure rate and, when judged, slow-call rate.

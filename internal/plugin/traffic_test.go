@@ -21,6 +21,13 @@ func withTraffic(e breakerconfig.ReportEntry, requests, accepts, retries, thrott
 	return e
 }
 
+// withConcurrency is e carrying a window's concurrency figures, as a pod reports them for
+// a breaker with spec.concurrency.
+func withConcurrency(e breakerconfig.ReportEntry, peak, limited int64) breakerconfig.ReportEntry {
+	e.InFlightPeak, e.Limited = &peak, &limited
+	return e
+}
+
 // fleetPolicies gives a breaker both fleet policies of issue 22.
 func fleetPolicies(s *resiliencev1alpha1.CircuitBreakerSpec) {
 	s.RetryBudget = &resiliencev1alpha1.RetryBudget{Percent: ptr.To[int32](20), MinPerSecond: ptr.To[int32](10)}
@@ -67,6 +74,43 @@ func TestStatusShowsTheFleetRatios(t *testing.T) {
 	} {
 		if !regexp.MustCompile(want).MatchString(detail) {
 			t.Errorf("status payments does not say %q:\n%s", want, detail)
+		}
+	}
+}
+
+// The fleet's limit on calls in flight in `status NAME`: before a pod is counted, then
+// divided among the two that report, with their peaks and refusals added up.
+func TestStatusShowsTheFleetConcurrency(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "")
+	createBreaker(t, ns, "inventory", func(s *resiliencev1alpha1.CircuitBreakerSpec) {
+		s.Concurrency = &resiliencev1alpha1.Concurrency{MaxInFlight: 10}
+	})
+	detail, _, err := kubectlFusebox(ctx, "-n", ns, "status", "inventory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `Concurrency:\s+10 in flight for the fleet, not divided yet \(no pod counted\)\n`; !regexp.MustCompile(want).MatchString(detail) {
+		t.Errorf("status inventory, no pod yet, does not say %q:\n%s", want, detail)
+	}
+	for _, pod := range []string{"app-0", "app-1"} {
+		report(t, ns, pod, withConcurrency(entry("inventory", resiliencev1alpha1.StateClosed, "Started"), 3, 4))
+	}
+	testutil.Eventually(t, wait, "status.concurrency of inventory", func() error {
+		if c := getBreaker(t, ns, "inventory").Status.Concurrency; c == nil || c.Pods != 2 || c.InFlight != 6 {
+			return fmt.Errorf("concurrency %+v", c)
+		}
+		return nil
+	})
+	if detail, _, err = kubectlFusebox(ctx, "-n", ns, "status", "inventory"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`Concurrency:\s+10 in flight for the fleet: 5 a pod, over 2 pods\n`,
+		`In flight:\s+6 at the pods' peaks added up; 8 calls refused by the limit\n`,
+	} {
+		if !regexp.MustCompile(want).MatchString(detail) {
+			t.Errorf("status inventory does not say %q:\n%s", want, detail)
 		}
 	}
 }
