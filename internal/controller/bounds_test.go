@@ -144,7 +144,7 @@ func TestStatusWritesAreSpaced(t *testing.T) {
 	if w := r.writeWait(key, stored, opened); w != 0 {
 		t.Errorf("first write waits %s", w)
 	}
-	r.sawState(key, closed, open)
+	r.saw(key, stored, opened)
 	if n := r.wrote(key, open); n != 0 {
 		t.Errorf("a single change coalesced %d others", n)
 	}
@@ -156,7 +156,9 @@ func TestStatusWritesAreSpaced(t *testing.T) {
 	}
 	// Open → Closed → Open → HalfOpen seen before the next write: it stands for 2 more.
 	for _, s := range []resiliencev1alpha1.State{closed, open, halfOpen} {
-		r.sawState(key, open, s)
+		computed := opened.DeepCopy()
+		computed.Status.State = s
+		r.saw(key, opened, computed)
 	}
 	if n := r.wrote(key, halfOpen); n != 2 {
 		t.Errorf("coalesced %d state changes, want 2", n)

@@ -42,32 +42,13 @@ func candidateSince(stored, computed *resiliencev1alpha1.CandidateStatus) *resil
 	return &out
 }
 
-// sawCandidate counts the changes of key's computed candidate state since its last
-// status write, as sawState does for the breaker's state; stored is the state the last
-// write left.
-func (r *CircuitBreakerReconciler) sawCandidate(key client.ObjectKey, stored, computed resiliencev1alpha1.State) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rec := r.record(key)
-	if rec.at.IsZero() && rec.candidateChanges == 0 {
-		rec.candidateSeen = stored // first sight since the operator started
-	}
-	if computed != rec.candidateSeen {
-		rec.candidateSeen = computed
-		rec.candidateChanges++
-	}
-}
-
 // wroteCandidate records that key's status was written with the candidate state, and
 // returns how many other candidate state changes since the last write that one stands
 // for.
 func (r *CircuitBreakerReconciler) wroteCandidate(key client.ObjectKey, state resiliencev1alpha1.State) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rec := r.record(key)
-	coalesced := max(0, rec.candidateChanges-1)
-	rec.candidateSeen, rec.candidateChanges = state, 0
-	return coalesced
+	return r.record(key).candidate.wrote(state)
 }
 
 // recordCandidateEvent records CandidateOpened or CandidateClosed when the stored

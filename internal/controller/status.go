@@ -34,13 +34,35 @@ const minWriteInterval = 250 * time.Millisecond
 // writeRecord is what the reconciler remembers of one breaker's status writes.
 type writeRecord struct {
 	at time.Time // the last write
-	// seen is the state the last reconcile computed, and changes how many times the
-	// computed state changed since the last write (the written change included).
-	seen    resiliencev1alpha1.State
-	changes int
-	// candidateSeen and candidateChanges are the same for status.candidate.state.
-	candidateSeen    resiliencev1alpha1.State
-	candidateChanges int
+	// state counts the changes of status.state since the last write, candidate those
+	// of status.candidate.state: what the write's Events say they stand for.
+	state, candidate changeCount
+}
+
+// changeCount counts the changes of one computed state between status writes.
+type changeCount struct {
+	seen    resiliencev1alpha1.State // the state the last reconcile computed
+	changes int                      // changes since the last write, the written one included
+}
+
+// saw counts computed if it differs from the state last seen. On the first sight since
+// the operator started (first, and nothing counted yet) the state last seen is stored,
+// the one the last write left.
+func (c *changeCount) saw(first bool, stored, computed resiliencev1alpha1.State) {
+	if first && c.changes == 0 {
+		c.seen = stored
+	}
+	if computed != c.seen {
+		c.seen, c.changes = computed, c.changes+1
+	}
+}
+
+// wrote records a write of state, and returns how many other changes since the last
+// write it stands for.
+func (c *changeCount) wrote(state resiliencev1alpha1.State) int {
+	coalesced := max(0, c.changes-1)
+	c.seen, c.changes = state, 0
+	return coalesced
 }
 
 // desiredStatus is cb with the status that the published config and its pods' reports
@@ -76,8 +98,7 @@ func (r *CircuitBreakerReconciler) updateStatus(ctx context.Context, o outcome, 
 	cb := o.breaker
 	desired := desiredStatus(o, v)
 	key := client.ObjectKeyFromObject(cb)
-	r.sawState(key, cb.Status.State, desired.Status.State)
-	r.sawCandidate(key, candidateStateOf(cb), candidateStateOf(desired))
+	r.saw(key, cb, desired)
 	if equality.Semantic.DeepEqual(cb.Status, desired.Status) {
 		r.Metrics.observe(desired)
 		return 0, nil
@@ -153,19 +174,15 @@ func (r *CircuitBreakerReconciler) record(key client.ObjectKey) *writeRecord {
 	return rec
 }
 
-// sawState counts the changes of key's computed state since its last write; stored is
-// the state the last write left.
-func (r *CircuitBreakerReconciler) sawState(key client.ObjectKey, stored, computed resiliencev1alpha1.State) {
+// saw counts the changes of key's computed state and candidate state (desired's) since
+// its last write; stored is the breaker as the last write left it.
+func (r *CircuitBreakerReconciler) saw(key client.ObjectKey, stored, desired *resiliencev1alpha1.CircuitBreaker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := r.record(key)
-	if rec.at.IsZero() && rec.changes == 0 {
-		rec.seen = stored // first sight since the operator started
-	}
-	if computed != rec.seen {
-		rec.seen = computed
-		rec.changes++
-	}
+	first := rec.at.IsZero()
+	rec.state.saw(first, stored.Status.State, desired.Status.State)
+	rec.candidate.saw(first, candidateStateOf(stored), candidateStateOf(desired))
 }
 
 // wrote records that key's status was written with state, and returns how many other
@@ -174,9 +191,8 @@ func (r *CircuitBreakerReconciler) wrote(key client.ObjectKey, state resiliencev
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := r.record(key)
-	coalesced := max(0, rec.changes-1)
-	rec.at, rec.seen, rec.changes = time.Now(), state, 0
-	return coalesced
+	rec.at = time.Now()
+	return rec.state.wrote(state)
 }
 
 // forgetWrites drops the write records of breakers that are gone.
