@@ -12,4 +12,11 @@ tmp="$(mktemp -d "$(dirname "${out}")/.build.XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
 echo "building ${pkg} into ${out}, once" >&2
 GOBIN="${tmp}" GOWORK=off go install "${pkg}"
-mv "${tmp}/$(basename "${pkg%@*}")" "${out}"
+# The command is the one file go install wrote: its name is the package's last element,
+# or the one before it for a major-version suffix (kustomize/v5 installs "kustomize").
+built=("${tmp}"/*)
+if ((${#built[@]} != 1)) || [[ ! -x ${built[0]} ]]; then
+	echo "go install ${pkg} wrote ${built[*]}, want one command" >&2
+	exit 1
+fi
+mv "${built[0]}" "${out}"

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
@@ -57,8 +58,8 @@ func aggregateCandidate(cb *resiliencev1alpha1.CircuitBreaker, entries []Entry) 
 	st.Open, st.HalfOpen = saturated(open), saturated(halfOpen)
 	st.State = candidateState(cb, pods, open, halfOpen)
 
-	candidateFloor := int64(int32Or(candidateMinimumThroughput(cb), resiliencev1alpha1.DefaultMinimumThroughput))
-	enforcedFloor := int64(int32Or(cb.Spec.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput))
+	candidateFloor := int64(ptr.Deref(candidateMinimumThroughput(cb), resiliencev1alpha1.DefaultMinimumThroughput))
+	enforcedFloor := int64(ptr.Deref(cb.Spec.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput))
 	sum := func(of func(*Candidate) int64, floor int64) int64 {
 		items := make([]weighted[int64], len(js))
 		for i, j := range js {
@@ -105,7 +106,7 @@ func candidateMinimumThroughput(cb *resiliencev1alpha1.CircuitBreaker) *int32 {
 func candidateState(cb *resiliencev1alpha1.CircuitBreaker, n, open, halfOpen int64) resiliencev1alpha1.State {
 	need := (n + 1) / 2
 	if cb.Spec.Scope == resiliencev1alpha1.ScopeFleet {
-		quorum := int64(int32Or(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent))
+		quorum := int64(ptr.Deref(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent))
 		need = max(need, (quorum*n+99)/100)
 	}
 	switch {

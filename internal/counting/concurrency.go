@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -101,7 +102,7 @@ func ConcurrencyOf(cb *resiliencev1alpha1.CircuitBreaker, entries []Entry) Fleet
 			f.InFlight = min(f.InFlight+min(e.InFlight.Peak, mulSat(f.Share, e.Pods)), maxFleetCount)
 		}
 	}
-	floor := int64(int32Or(cb.Spec.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput))
+	floor := int64(ptr.Deref(cb.Spec.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput))
 	f.Limited = boundedSum(limited, floor, maxFleetCount)
 	// The upper median of an even count: a lie that sets the baseline high only keeps the
 	// pods' limiters from lowering their limits (their shares still hold), where one that

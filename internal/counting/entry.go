@@ -176,14 +176,19 @@ func FromPod(pod string, e *resiliencev1alpha1.BreakerReportEntry, since time.Ti
 // it), a count left out is 0, and accepts, retries and throttled, which are among the
 // requests, at most the requests (the schema's rule too, for the same reports).
 func windowOf(e *resiliencev1alpha1.BreakerReportEntry) Window {
+	return window(e.Requests, e.Accepts, e.Retries, e.Throttled)
+}
+
+// window is a Window of the counts given, bounded as windowOf says.
+func window(requests, accepts, retries, throttled *int64) Window {
 	c := func(n *int64) int64 {
 		if n == nil {
 			return 0
 		}
 		return count(*n, breakerconfig.MaxTrafficCount)
 	}
-	w := Window{Requests: c(e.Requests)}
-	w.Accepts, w.Retries, w.Throttled = min(c(e.Accepts), w.Requests), min(c(e.Retries), w.Requests), min(c(e.Throttled), w.Requests)
+	w := Window{Requests: c(requests)}
+	w.Accepts, w.Retries, w.Throttled = min(c(accepts), w.Requests), min(c(retries), w.Requests), min(c(throttled), w.Requests)
 	return w
 }
 

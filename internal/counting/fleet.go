@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
@@ -63,7 +65,7 @@ type FleetDecision struct {
 //     the fleet open. The Closed verdict is published while some pod is still not closed,
 //     so that every pod's open period ends with it.
 func DecideFleet(cb *resiliencev1alpha1.CircuitBreaker, entries []Entry) FleetDecision {
-	quorum := int64(int32Or(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent))
+	quorum := int64(ptr.Deref(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent))
 	var pods, closed int64
 	for i := range entries {
 		pods += entries[i].Pods

@@ -121,14 +121,7 @@ func compareInt64(a, b int64) int {
 // counts in full.
 const maxShareOfMedian = 4
 
-// int32Or and durationOr read an optional spec field, def when it is unset.
-func int32Or(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
+// durationOr reads an optional duration of the spec, def when it is unset.
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -107,7 +108,7 @@ func (v View) OddShapeMessage() string {
 // quorumText is spec.fleetQuorumPercent as kubectl fusebox spells it: "1 pod" for 0, the
 // one pod that opens the fleet, rather than a "0%" that reads as no pod at all.
 func quorumText(cb *resiliencev1alpha1.CircuitBreaker) string {
-	q := int32Or(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent)
+	q := ptr.Deref(cb.Spec.FleetQuorumPercent, resiliencev1alpha1.DefaultFleetQuorumPercent)
 	if q == 0 {
 		return "1 pod"
 	}

@@ -225,15 +225,7 @@ func sumInFlight(e *resiliencev1alpha1.NodeBreakerEntry, pods []*breakerconfig.R
 
 // wireWindow is windowOf for a pod's wire entry.
 func wireWindow(p *breakerconfig.ReportEntry) Window {
-	c := func(n *int64) int64 {
-		if n == nil {
-			return 0
-		}
-		return count(*n, breakerconfig.MaxTrafficCount)
-	}
-	w := Window{Requests: c(p.Requests)}
-	w.Accepts, w.Retries, w.Throttled = min(c(p.Accepts), w.Requests), min(c(p.Retries), w.Requests), min(c(p.Throttled), w.Requests)
-	return w
+	return window(p.Requests, p.Accepts, p.Retries, p.Throttled)
 }
 
 // sumKeys adds up the pods' breaker Groups; nil when none reports one.
@@ -359,27 +351,14 @@ func wireSpan(d *breakerconfig.Duration) time.Duration {
 // recent first), half-open, refusing the configuration, behind generation; closed pods on
 // it are never notable. Ties go by pod name.
 func notable(pods []notableCandidate, generation int64) []resiliencev1alpha1.NotablePod {
-	rank := func(e *breakerconfig.ReportEntry) int {
-		switch {
-		case e.State == breakerconfig.StateOpen:
-			return 0
-		case e.State == breakerconfig.StateHalfOpen:
-			return 1
-		case e.ConfigError != "":
-			return 2
-		case e.ConfigGeneration < generation:
-			return 3
-		}
-		return 4
-	}
 	var picked []notableCandidate
 	for _, p := range pods {
-		if rank(p.entry) < 4 {
+		if Standing(p.entry, generation) < standingClosed {
 			picked = append(picked, p)
 		}
 	}
 	slices.SortFunc(picked, func(a, b notableCandidate) int {
-		return cmp.Or(cmp.Compare(rank(a.entry), rank(b.entry)), b.entry.Since.Compare(a.entry.Since.Time), cmp.Compare(a.name, b.name))
+		return cmp.Or(cmp.Compare(Standing(a.entry, generation), Standing(b.entry, generation)), b.entry.Since.Compare(a.entry.Since.Time), cmp.Compare(a.name, b.name))
 	})
 	picked = picked[:min(len(picked), resiliencev1alpha1.MaxNotablePods)]
 	if len(picked) == 0 {
@@ -391,6 +370,26 @@ func notable(pods []notableCandidate, generation int64) []resiliencev1alpha1.Not
 		out[i].ConfigError = ""
 	}
 	return out
+}
+
+// standingClosed is the Standing of a closed pod on the latest configuration.
+const standingClosed = 4
+
+// Standing ranks a pod's entry as status.members and a node's notable pods rank pods, the
+// most relevant first: open 0, half-open 1, refusing the configuration 2, behind
+// generation 3, closed on it 4.
+func Standing(e *breakerconfig.ReportEntry, generation int64) int {
+	switch {
+	case e.State == breakerconfig.StateOpen:
+		return 0
+	case e.State == breakerconfig.StateHalfOpen:
+		return 1
+	case e.ConfigError != "":
+		return 2
+	case e.ConfigGeneration < generation:
+		return 3
+	}
+	return standingClosed
 }
 
 // PodCircuit is what a pod's wire entry says of its circuit, in the API's shape.

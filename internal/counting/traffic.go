@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"math"
 
+	"k8s.io/utils/ptr"
+
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 )
 
@@ -95,7 +97,7 @@ func TrafficOf(cb *resiliencev1alpha1.CircuitBreaker, entries []Entry) FleetTraf
 		perPod[i] = weighted[int64]{r.value / r.weight, r.weight}
 	}
 	typical := upperMedian(perPod, compareInt64)
-	bound := maxShareOfMedian * max(typical, int64(int32Or(cb.Spec.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput)))
+	bound := maxShareOfMedian * max(typical, int64(ptr.Deref(cb.Spec.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput)))
 	add := func(sum *int64, n int64) { *sum = min(*sum+n, maxFleetCount) }
 	for i := range entries {
 		e := &entries[i]

@@ -26,7 +26,7 @@ import (
 // access of its own.
 type appPod struct {
 	pod    *corev1.Pod
-	agent  *kube.Agent
+	agent  *kube.Connection
 	reg    *registry.Registry
 	cancel context.CancelFunc
 }
@@ -42,7 +42,7 @@ func startAppPod(t *testing.T, a *runningAgent, pod *corev1.Pod, clock *breakert
 		o.BreakerOptions = []breaker.Option{breaker.WithClock(clock)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ka, err := kube.StartAgent(ctx, o)
+	ka, err := kube.Connect(ctx, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

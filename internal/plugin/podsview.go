@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	"github.com/fusebox-dev/fusebox/internal/counting"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
 )
 
@@ -75,28 +76,12 @@ type UnansweredAgent struct {
 	Reason string `json:"reason"`
 }
 
-// standing ranks a pod's line as status.members ranks pods (internal/counting): open,
-// half-open, refusing the latest config, behind it, closed.
-func standing(e *breakerconfig.ReportEntry, generation int64) int {
-	switch {
-	case e.State == breakerconfig.StateOpen:
-		return 0
-	case e.State == breakerconfig.StateHalfOpen:
-		return 1
-	case e.ConfigError != "":
-		return 2
-	case e.ConfigGeneration != generation:
-		return 3
-	}
-	return 4
-}
-
-// sortPods orders the lines by standing, then the most recent first, then by pod name
+// sortPods orders the lines by standing (counting.Standing: as status.members ranks pods), then the most recent first, then by pod name
 // (and node, for a name seen on two nodes while a pod moves).
 func sortPods(lines []PodLine, generation int64) {
 	slices.SortStableFunc(lines, func(a, b PodLine) int {
 		return cmp.Or(
-			cmp.Compare(standing(&a.Circuit, generation), standing(&b.Circuit, generation)),
+			cmp.Compare(counting.Standing(&a.Circuit, generation), counting.Standing(&b.Circuit, generation)),
 			b.Circuit.Since.Compare(a.Circuit.Since.Time),
 			cmp.Compare(a.Pod, b.Pod),
 			cmp.Compare(a.Node, b.Node))

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
 	"github.com/fusebox-dev/fusebox/pkg/breaker/breakerconfig"
@@ -20,9 +21,9 @@ func Render(s resiliencev1alpha1.CircuitBreakerSpec) breakerconfig.Policy {
 		OpenTimeout:            breakerconfig.Duration(durationOr(s.OpenTimeout, resiliencev1alpha1.DefaultOpenTimeout)),
 		Window:                 breakerconfig.Duration(durationOr(s.Window, resiliencev1alpha1.DefaultWindow)),
 		FailureRatio:           ratio(s.FailureRatePercent, resiliencev1alpha1.DefaultFailureRatePercent),
-		MinimumThroughput:      int(valueOr(s.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput)),
-		SuccessThreshold:       int(valueOr(s.SuccessThreshold, resiliencev1alpha1.DefaultSuccessThreshold)),
-		HalfOpenPermittedCalls: int(valueOr(s.HalfOpenPermittedCalls, resiliencev1alpha1.DefaultHalfOpenPermittedCalls)),
+		MinimumThroughput:      int(ptr.Deref(s.MinimumThroughput, resiliencev1alpha1.DefaultMinimumThroughput)),
+		SuccessThreshold:       int(ptr.Deref(s.SuccessThreshold, resiliencev1alpha1.DefaultSuccessThreshold)),
+		HalfOpenPermittedCalls: int(ptr.Deref(s.HalfOpenPermittedCalls, resiliencev1alpha1.DefaultHalfOpenPermittedCalls)),
 	}
 	if s.SlowCallDuration != nil {
 		p.SlowCallDuration = breakerconfig.Duration(s.SlowCallDuration.Duration)
@@ -76,7 +77,7 @@ func overlay[T any](dst **T, src *T) {
 
 // ratio is a percent field as the document's ratio: the one place a percent is turned
 // into one.
-func ratio(percent *int32, def int32) float64 { return float64(valueOr(percent, def)) / 100 }
+func ratio(percent *int32, def int32) float64 { return float64(ptr.Deref(percent, def)) / 100 }
 
 func valueOr[T any](p *T, def T) T {
 	if p == nil {

@@ -56,7 +56,7 @@ type HostNode struct {
 
 type hostedPod struct {
 	HostPod
-	agent *kube.Agent
+	agent *kube.Connection
 }
 
 type hostedNode struct {
@@ -141,7 +141,7 @@ func (h *Host) StartPods(args StartPodsArgs, took *time.Duration) error {
 		} else {
 			o.Config, o.Namespace, o.Pod, o.PodUID = h.podConfig(args.Namespace, p), args.Namespace, p.Name, p.UID
 		}
-		a, err := kube.StartAgent(h.podCtx, o)
+		a, err := kube.Connect(h.podCtx, o)
 		if err != nil {
 			return fmt.Errorf("start the agent of %s: %w", p.Name, err)
 		}

@@ -35,7 +35,7 @@
 // It is design-agnostic: it talks only to CircuitBreaker objects (spec,
 // status.conditions, status.memberCounts, status.state), Pods, ConfigMaps,
 // BreakerReports and NodeBreakerReports when the API server serves them, the
-// API server's /metrics, and agents through kube.StartAgent and their breakers
+// API server's /metrics, and connections through kube.Connect and their breakers
 // (hollow: the synthetic pods' states). It never reads status.members.
 //
 // Every wait is capped. The run stops itself, the API server first, when the
