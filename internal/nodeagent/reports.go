@@ -32,8 +32,10 @@ const (
 // pod sends its report again once it sees the new agent. Written before they have, an
 // object would count fewer pods than run, and the fleet's counts would dip; held until
 // every pod wired to the agent has reported (or this long), the first write says what
-// the API server holds when nothing changed meanwhile, and is not made.
-const restartHold = 10 * time.Second
+// the API server holds when nothing changed meanwhile, and is not made. A pod finds the
+// new agent on its config stream's reconnect backoff (at most 8 s, jittered up to 12 s,
+// after a dial that may time out): 30 s outlasts it on a loaded node, where 10 s did not.
+const restartHold = 30 * time.Second
 
 // line is one pod's last report, as the agent keeps it on the node: its name and entries.
 type line struct {

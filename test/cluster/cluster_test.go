@@ -25,6 +25,7 @@ var _ = Describe("Fusebox on a real node", Ordered, ContinueOnFailure, Label("cl
 	Describe("installed from its chart", installSpecs)
 	Describe("the example application", exampleSpecs)
 	Describe("the fuseboxd sidecar", sidecarSpecs)
+	Describe("one concurrency limit for the pods of two nodes", twoNodes, concurrencySpecs)
 	Describe("pod identity and the garbage collector", identitySpecs)
 	Describe("config propagation", propagationSpecs)
 	Describe(rolloutsContainer, Ordered, rolloutSpecs)
