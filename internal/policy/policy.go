@@ -79,13 +79,6 @@ func overlay[T any](dst **T, src *T) {
 // into one.
 func ratio(percent *int32, def int32) float64 { return float64(ptr.Deref(percent, def)) / 100 }
 
-func valueOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def
