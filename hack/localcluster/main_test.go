@@ -23,6 +23,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
+	"github.com/fusebox-dev/fusebox/internal/testbin"
 	"github.com/fusebox-dev/fusebox/internal/testenv"
 	"github.com/fusebox-dev/fusebox/internal/testutil"
 )
@@ -44,19 +45,22 @@ func TestLocalRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := t.TempDir()
-	for _, pkg := range []string{"./cmd/manager", "./hack/localcluster"} {
-		build := exec.Command("go", "build", "-o", bin, pkg)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	// The two executables as the build cache holds them (internal/testbin): linked once,
+	// not on every run; bin is only where the printed commands say kubectl is.
+	manager, err := testbin.Path(testbin.Manager)
+	if err != nil {
+		t.Fatal(err)
 	}
+	localcluster, err := testbin.Path(testbin.LocalCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
 	dir := filepath.Join(t.TempDir(), "local")
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	localRun := func(stderr *testutil.SyncBuffer) *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bin, "localcluster"), "--kubeconfig-out", kubeconfig,
-			"--manager", filepath.Join(bin, "manager"), "--bin", bin, "--sample-workload=false", "--narrate=false")
+		cmd := exec.Command(localcluster, "--kubeconfig-out", kubeconfig,
+			"--manager", manager, "--bin", bin, "--sample-workload=false", "--narrate=false")
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = stderr, stderr
 		return cmd

@@ -8,8 +8,12 @@ import (
 	"strings"
 )
 
-// Fuseboxd is the import path of the fuseboxd command.
-const Fuseboxd = "github.com/fusebox-dev/fusebox/cmd/fuseboxd"
+// The import paths of the commands tests run as processes.
+const (
+	Fuseboxd     = "github.com/fusebox-dev/fusebox/cmd/fuseboxd"
+	Manager      = "github.com/fusebox-dev/fusebox/cmd/manager"
+	LocalCluster = "github.com/fusebox-dev/fusebox/hack/localcluster"
+)
 
 // Path returns the path of the executable of the main package pkg (an import path of the
 // workspace), building it if the build cache does not hold it yet. The file is the build
