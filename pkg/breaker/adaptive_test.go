@@ -72,6 +72,7 @@ func TestAdaptiveCutsWhenTheDependencySlows(t *testing.T) {
 // slowness is the dependency's own speed, which the baseline learns, and the limit grows
 // back to the ceiling. Without the fleet's baseline the same happens by drift, sooner.
 func TestAdaptiveLearnsALastingSlowdown(t *testing.T) {
+	oneGoroutine(t)
 	for _, fleet := range []time.Duration{10 * time.Millisecond, 0} {
 		b, clock := adaptiveBreaker(t, 100, 5)
 		b.SetFleet(Fleet{Baseline: fleet})
@@ -88,6 +89,7 @@ func TestAdaptiveLearnsALastingSlowdown(t *testing.T) {
 // fleet's baseline the limit settles where latency is about Tolerance × baseline and stays
 // there; without it, the baseline drifts up and the limit climbs back.
 func TestAdaptiveHoldsUnderTheFleetBaseline(t *testing.T) {
+	oneGoroutine(t)
 	queueing := func(inFlight int) time.Duration {
 		x := max(1, float64(inFlight)/40) // capacity 40 calls in flight
 		return time.Duration(float64(10*time.Millisecond) * x * x)

@@ -3,6 +3,7 @@ package breaker
 import (
 	"errors"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/pkg/breaker/internal/fakeclock"
@@ -91,3 +92,17 @@ func (t transitionsOnly) OnTransition(tr observe.Transition) { t.r.OnTransition(
 type observerFunc func(observe.Transition)
 
 func (f observerFunc) OnTransition(t observe.Transition) { f(t) }
+
+// raceDetector is whether the tests run under -race (race_test.go).
+var raceDetector bool
+
+// oneGoroutine skips, under -race, a test that drives breakers from one goroutine on a
+// fake clock: the race detector has nothing to find there and makes such a test ten to
+// twenty times slower. make test runs this package a second time without -race, where
+// the test runs (Makefile, UNRACED_PKGS).
+func oneGoroutine(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("one goroutine on a fake clock: run without -race (make test does)")
+	}
+}

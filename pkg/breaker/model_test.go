@@ -103,6 +103,7 @@ func (c *modelCandidate) drain() {
 // (modes included) and Adopt, and compares them after every step: admission, outcome,
 // State, Counts, Verdict and every transition.
 func TestModel(t *testing.T) {
+	oneGoroutine(t)
 	t.Parallel() // the longest tests of the package, on the CPU alone: each sequence has its own fake clock
 	// 5,000 sequences each with and without a call observer (which takes the locked path
 	// for every call): 10,000 in all.
@@ -162,6 +163,7 @@ func (r *modelReach) add(o modelReach) {
 // candidate as the reference model of its policy in ModeMetricsOnly fed the calls that
 // ran, its state, since, opens and wouldRefuse compared as the breaker's are.
 func TestModelWithCandidate(t *testing.T) {
+	oneGoroutine(t)
 	t.Parallel()
 	sequences, steps := 3000, 120
 	if testing.Short() {

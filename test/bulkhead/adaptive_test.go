@@ -93,6 +93,7 @@ func runIncident(t testing.TB, tolerance float64, fleetBaseline bool) incident {
 // capped by the fleet's; the same limiter without the fleet's baseline drifts back toward
 // the old limit.
 func TestAdaptiveHalvedCapacity(t *testing.T) {
+	oneGoroutine(t)
 	// With this dependency a limiter settles where latency is Tolerance / (1 − 1/16)
 	// times its baseline, at √ of that times the capacity: 1.08× for 1.1, 1.13× for 1.2
 	// and 1.27× for the default 1.5, and the fleet's integer limits (2 or 3 calls a pod)

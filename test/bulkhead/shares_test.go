@@ -173,6 +173,7 @@ func scaleUp(t testing.TB, batched bool, beforeTold func(share, pods int64) int6
 // pods, the pods told their new shares a propagation after they start, exceeds the limit
 // by a bound measured here.
 func TestSharesBoundTheFleet(t *testing.T) {
+	oneGoroutine(t)
 	var rows []string
 	for _, perPod := range []bool{false, true} {
 		s := newSim()
@@ -239,3 +240,17 @@ var (
 		{"doubling every 15 s, told 1 s after start, new pods at half of ShareBeforeTold until told (not the rule: a comparison)", doubling, false, halfBeforeTold, 1200},
 	}
 )
+
+// raceDetector is whether the tests run under -race (race_test.go).
+var raceDetector bool
+
+// oneGoroutine skips, under -race, a test that drives breakers from one goroutine on a
+// fake clock: the race detector has nothing to find there and makes such a test ten to
+// twenty times slower. make test runs this package a second time without -race, where
+// the test runs (Makefile, UNRACED_PKGS).
+func oneGoroutine(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("one goroutine on a fake clock: run without -race (make test does)")
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package breaker
+
+func init() { raceDetector = true }
