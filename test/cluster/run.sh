@@ -10,7 +10,8 @@
 #      image-fuseboxd`, for this platform), hack/fuseboxd-worker's, the client that
 #      uses the sidecar's socket, and hack/cluster/netcheck's, a pod's view of the
 #      network between the nodes; and the Argo Rollouts controller (hack/rollouts.sh);
-#   2. snapshot the host, `hack/cluster.sh up --nodes N`, load the images (into every
+#   2. snapshot the host, `hack/cluster.sh up --nodes N` (in the background while the
+#      images of step 1 build, after the suite's binary), load the images (into every
 #      node);
 #   3. run the suite inside the first node's network namespace (`hack/cluster.sh exec`);
 #   4. `hack/cluster.sh down`, also when a step fails, then compare the host with the
@@ -18,8 +19,9 @@
 #
 # --nodes (or CLUSTER_NODES) is 2 by default; with 1 the specs labelled two-nodes are
 # left out and the rest run on a single node. --build-only stops after step 1, and
-# --prebuilt skips it, taking what an earlier --build-only built: .ci/run builds first,
-# then runs the suite beside `make test`, which must not rewrite a file the build reads.
+# --prebuilt skips it, taking what an earlier --build-only built. .ci/run runs the whole
+# script beside `make test`, which must not rewrite a file the build reads (it does not:
+# hack/sync-generated.sh).
 #
 # A cluster that is already running (`make cluster`) is used as it is and left running,
 # if it has N nodes; the host comparison is then skipped, since there is no snapshot from
@@ -90,11 +92,42 @@ trap interrupted INT TERM HUP
 # image test of make test-release builds and compares the release's platforms.
 native="linux/$(go env GOARCH)"
 if ((build)); then
-	step "building the suite (test/cluster) and the images"
+	step "building the suite (test/cluster)"
 	# Each module on its own, outside the workspace (go.work), as the Makefile builds them;
 	# given to these commands alone, so that the suite runs with this script's caller's
 	# environment.
 	(cd test/cluster && GOWORK=off go test -c -o "${out}/cluster.test" .)
+fi
+
+# The cluster: one already running is used; else the host is snapshot and a new one
+# started, which, when the images are still to be built, comes up while they build (most
+# of its start is waiting on its nodes). up is that start, while it runs.
+owned=0
+baseline=""
+up=""
+if ((run)); then
+	if hack/cluster.sh status 2>/dev/null | grep -q '^running'; then
+		step "a cluster is running already: using it, and leaving it running"
+		# It must have the nodes asked for: up says so, and does nothing else, if it has.
+		hack/cluster.sh up --nodes "${nodes}" >/dev/null
+	else
+		baseline="${out}/host-before.json"
+		"${out}/cluster.test" -host-snapshot "${baseline}"
+		owned=1
+		# A start still under way is let finish first, so that down finds what it started.
+		trap 'step "stopping the cluster"; [[ -z ${up} ]] || wait "${up}" || true; hack/cluster.sh down || true' EXIT
+		step "starting the cluster (${nodes} node(s))"
+		if ((build)); then
+			hack/cluster.sh up --nodes "${nodes}" >/dev/null &
+			up=$!
+		else
+			hack/cluster.sh up --nodes "${nodes}" >/dev/null
+		fi
+	fi
+fi
+
+if ((build)); then
+	step "building the images"
 	# The kubectl plugin, as make plugin builds it, for the spec of `kubectl fusebox pods`.
 	go build -o "${out}/kubectl-fusebox" ./cmd/kubectl-fusebox
 	make --no-print-directory image IMG="${img}" PLATFORMS="${native}" >&2
@@ -112,31 +145,25 @@ if ((build)); then
 	(cd hack/image && GOWORK=off go run . -root "${root}" -package ./hack/cluster/netcheck -entrypoint /netcheck -title netcheck \
 		-tag "${netcheck}" -platforms "${native}" -layout "${out}/image-netcheck" -archive "${out}/image-netcheck.tar") >&2
 	rm -rf "${out}/image-fuseboxd" "${out}/image-worker" "${out}/image-netcheck"
-	# The Argo Rollouts controller the rollout gate specs run (docs/rollouts.md): built from
-	# its Go module once, cached with the cluster's binaries.
-	rollouts="$(hack/rollouts.sh)"
 else
 	step "using the suite and the images an earlier --build-only built"
-	rollouts="$(hack/rollouts.sh)"
 fi
+# The Argo Rollouts controller the rollout gate specs run (docs/rollouts.md): built from
+# its Go module once, cached with the cluster's binaries.
+rollouts="$(hack/rollouts.sh)"
 if ((!run)); then
 	step "built (--build-only)"
 	exit 0
 fi
-
-owned=0
-baseline=""
-if hack/cluster.sh status 2>/dev/null | grep -q '^running'; then
-	step "a cluster is running already: using it, and leaving it running"
-	# It must have the nodes asked for: up says so, and does nothing else, if it has.
-	hack/cluster.sh up --nodes "${nodes}" >/dev/null
-else
-	baseline="${out}/host-before.json"
-	"${out}/cluster.test" -host-snapshot "${baseline}"
-	owned=1
-	trap 'step "stopping the cluster"; hack/cluster.sh down || true' EXIT
-	step "starting the cluster (${nodes} node(s))"
-	hack/cluster.sh up --nodes "${nodes}" >/dev/null
+if [[ -n ${up} ]]; then
+	step "waiting for the cluster to be up"
+	status=0
+	wait "${up}" || status=$?
+	up=""
+	if ((status)); then
+		step "hack/cluster.sh up failed (exit ${status})"
+		exit "${status}"
+	fi
 fi
 for tar in bin/image.tar "${out}/image-rebuilt.tar" bin/image-example.tar "${out}/image-fuseboxd.tar" "${out}/image-worker.tar" "${out}/image-netcheck.tar"; do
 	step "loading ${tar}"
