@@ -35,13 +35,18 @@ func entryOf(ns, pod, name string) (resiliencev1alpha1.BreakerReportEntry, error
 	return resiliencev1alpha1.BreakerReportEntry{}, fmt.Errorf("pod %s reports no %s", pod, name)
 }
 
-// publishedVerdict returns the fleet verdict the operator publishes for name, nil for none.
-func publishedVerdict(ns, name string) (*breakerconfig.Verdict, error) {
+// publishedConfig returns the config the operator publishes for name.
+func publishedConfig(ns, name string) (breakerconfig.Config, error) {
 	var cm corev1.ConfigMap
 	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: breakerconfig.ConfigMapName}, &cm); err != nil {
-		return nil, err
+		return breakerconfig.Config{}, err
 	}
-	c, err := breakerconfig.Parse([]byte(cm.Data[breakerconfig.Key(name)]))
+	return breakerconfig.Parse([]byte(cm.Data[breakerconfig.Key(name)]))
+}
+
+// publishedVerdict returns the fleet verdict the operator publishes for name, nil for none.
+func publishedVerdict(ns, name string) (*breakerconfig.Verdict, error) {
+	c, err := publishedConfig(ns, name)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +221,16 @@ func TestForcedOpenThenEnforceRefusesAnOlderClosedVerdict(t *testing.T) {
 	}
 
 	// Then a pod starts while the breaker is ForcedOpen; its application creates the
-	// breaker once the config is there, so it is created forced open, after closedAt.
+	// breaker once the config is there, so it is created forced open, after closedAt. The
+	// operator has published that config first: a pod that starts before it would create
+	// the breaker with the default policy, closed.
+	testutil.Eventually(t, wait, "the operator publishes ForcedOpen", func() error {
+		c, err := publishedConfig(ns, name)
+		if err == nil && c.Mode != breakerconfig.ModeForcedOpen {
+			err = fmt.Errorf("published mode %q", c.Mode)
+		}
+		return err
+	})
 	time.Sleep(10 * time.Millisecond)
 	forced := startInstance(t, ns, "forced", nil)
 	testutil.Eventually(t, wait, "forced has its config", func() error {
