@@ -196,6 +196,14 @@ func nodeAgentSpecs() {
 				return asAgent.Update(ctx, rep)
 			})
 		}
+		// The honest state first: the breaker's status follows the node reports' last
+		// recovery by a moment (HalfOpen until the last pod's probes are counted).
+		settled := func(g Gomega) {
+			cb := breakerIn(ctx, g, agentNamespace)
+			g.Expect(cb.Status.State).To(Equal(resiliencev1alpha1.StateClosed))
+			g.Expect(cb.Status.MemberCounts.Reporting).To(BeEquivalentTo(4))
+		}
+		Eventually(settled).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 		since := time.Now().Add(-time.Second)
 		Expect(writeForged(ctx, true)).To(Succeed(), "node 1's agent token may write node 1's report, whatever it claims (the operator judges it)")
 		DeferCleanup(func(ctx SpecContext) {
