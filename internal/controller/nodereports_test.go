@@ -289,7 +289,7 @@ var _ = Describe("NodeBreakerReport bounds", func() {
 		policyEnforced(ctx, ns)
 	})
 
-	It("refuses counts that break the schema's bounds, naming them", func(ctx SpecContext) {
+	It("refuses counts that break the schema's or the admission policy's bounds, naming them", func(ctx SpecContext) {
 		agent := asAgent(ctx, "node-a")
 		web := boundPod(ctx, ns, "web", "node-a")
 		for what, tc := range map[string]struct {

@@ -3,10 +3,14 @@ package counting
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+
+	celgo "github.com/google/cel-go/cel"
+	"github.com/google/cel-go/ext"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -27,11 +31,75 @@ import (
 // API server checks an agent's write against.
 const nodeReportCRD = "../../config/crd/bases/resilience.fusebox.dev_nodebreakerreports.yaml"
 
+// nodeReportPolicy is the admission policy of node reports: it checks how an entry's
+// counts bound each other (its validations over object.breakers).
+const nodeReportPolicy = "../../config/policy/nodebreakerreport_identity.yaml"
+
 // entrySchema checks a NodeBreakerEntry as the API server does an item of
-// spec.breakers: its OpenAPI bounds, then its CEL rules.
+// spec.breakers: its OpenAPI bounds, its CEL rules, then the admission policy's bounds
+// between its counts.
 type entrySchema struct {
 	openAPI validation.SchemaValidator
 	rules   *cel.Validator
+	bounds  []policyBound
+}
+
+// policyBound is one of the policy's validations over object.breakers, compiled.
+type policyBound struct {
+	check, message celgo.Program
+}
+
+// loadPolicyBounds compiles the validations of the node report policy that judge
+// object.breakers, with the variables they read.
+func loadPolicyBounds() ([]policyBound, error) {
+	raw, err := os.ReadFile(nodeReportPolicy)
+	if err != nil {
+		return nil, err
+	}
+	var policy struct {
+		Spec struct {
+			Validations []struct {
+				Expression        string `json:"expression"`
+				MessageExpression string `json:"messageExpression"`
+			} `json:"validations"`
+		} `json:"spec"`
+	}
+	// The first document is the policy; its binding follows.
+	if err := yaml.Unmarshal([]byte(strings.SplitN(string(raw), "\n---\n", 2)[0]), &policy); err != nil {
+		return nil, err
+	}
+	// What the policy's expressions use of the API server's CEL: the standard macros and
+	// the strings extension (join).
+	env, err := celgo.NewEnv(ext.Strings(), celgo.Variable("object", celgo.DynType), celgo.Variable("request", celgo.DynType))
+	if err != nil {
+		return nil, err
+	}
+	compile := func(expr string) (celgo.Program, error) {
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			return nil, fmt.Errorf("%s: %w", expr, iss.Err())
+		}
+		return env.Program(ast)
+	}
+	var bounds []policyBound
+	for _, v := range policy.Spec.Validations {
+		if !strings.Contains(v.Expression, "object.breakers.all(") {
+			continue
+		}
+		check, err := compile(v.Expression)
+		if err != nil {
+			return nil, err
+		}
+		message, err := compile(v.MessageExpression)
+		if err != nil {
+			return nil, err
+		}
+		bounds = append(bounds, policyBound{check: check, message: message})
+	}
+	if len(bounds) == 0 {
+		return nil, fmt.Errorf("%s: no validation of object.breakers", nodeReportPolicy)
+	}
+	return bounds, nil
 }
 
 var loadEntrySchema = sync.OnceValues(func() (*entrySchema, error) {
@@ -56,7 +124,11 @@ var loadEntrySchema = sync.OnceValues(func() (*entrySchema, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &entrySchema{openAPI: openAPI, rules: cel.NewValidator(structural, false, celconfig.PerCallLimit)}, nil
+	bounds, err := loadPolicyBounds()
+	if err != nil {
+		return nil, err
+	}
+	return &entrySchema{openAPI: openAPI, rules: cel.NewValidator(structural, false, celconfig.PerCallLimit), bounds: bounds}, nil
 })
 
 // validate returns what the API server would refuse in e.
@@ -73,7 +145,25 @@ func (s *entrySchema) validate(e *resiliencev1alpha1.NodeBreakerEntry) field.Err
 	path := field.NewPath("breakers").Index(0)
 	errs := validation.ValidateCustomResource(path, obj, s.openAPI)
 	ruleErrs, _ := s.rules.Validate(context.Background(), path, nil, obj, nil, celconfig.RuntimeCELCostBudget)
-	return append(errs, ruleErrs...)
+	errs = append(errs, ruleErrs...)
+	vars := map[string]any{"object": map[string]any{"breakers": []any{obj}}, "request": map[string]any{"operation": "UPDATE"}}
+	for _, b := range s.bounds {
+		ok, _, err := b.check.Eval(vars)
+		if err != nil {
+			errs = append(errs, field.InternalError(path, err))
+			continue
+		}
+		if ok.Value() == true {
+			continue
+		}
+		msg, _, err := b.message.Eval(vars)
+		if err != nil {
+			errs = append(errs, field.InternalError(path, err))
+			continue
+		}
+		errs = append(errs, field.Invalid(path, nil, fmt.Sprint(msg.Value())))
+	}
+	return errs
 }
 
 // admitted fails t unless the API server would admit every entry.
