@@ -243,10 +243,13 @@ func CacheByObject() map[client.Object]cache.ByObject {
 
 // trimPod keeps of a pod what the reconciler reads: its name, namespace and UID (whose
 // report it is), its node (which node's report may speak for it), its phase (whether it
-// still runs), its labels (its revision, docs/design.md §10, and whether it is a node
-// agent), its Ready condition (whether an agent counts), its creation and deletion times
-// (since when an agent that was never Ready is not), and whether it is wired to its node's
-// agent (wiredToAgent), kept as one container with that variable and no value.
+// still runs), its labels (its revision, docs/design.md §10; whether it is a node agent;
+// what the rollout gates select), its creation and deletion times, and whether it is
+// wired to its node's agent (wiredToAgent). A node agent's pod keeps its Ready condition
+// too (whether its node's report counts, agentCounted); no other pod's is read. The cache
+// holds one trimmed pod per pod of the cluster, so it allocates nothing it can share: a
+// wired pod's containers are wiredContainers, one slice for every such pod, which no one
+// writes (the cache's readers get copies).
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -258,14 +261,18 @@ func trimPod(obj any) (any, error) {
 	trimmed.CreationTimestamp, trimmed.Labels = pod.CreationTimestamp, pod.Labels
 	trimmed.Spec.NodeName = pod.Spec.NodeName
 	trimmed.Status.Phase = pod.Status.Phase
-	if ready := podReady(pod); ready != nil {
+	if ready := podReady(pod); ready != nil && hasNodeAgentLabels(pod) {
 		trimmed.Status.Conditions = []corev1.PodCondition{{Type: ready.Type, Status: ready.Status, LastTransitionTime: ready.LastTransitionTime}}
 	}
 	if wiredToAgent(pod) {
-		trimmed.Spec.Containers = []corev1.Container{{Name: "fusebox", Env: []corev1.EnvVar{{Name: breakerconfig.EnvNodeAgent}}}}
+		trimmed.Spec.Containers = wiredContainers
 	}
 	return trimmed, nil
 }
+
+// wiredContainers stands, in a trimmed pod, for the containers of a pod wired to its
+// node's agent: one container with the agent's variable and no value.
+var wiredContainers = []corev1.Container{{Name: "fusebox", Env: []corev1.EnvVar{{Name: breakerconfig.EnvNodeAgent}}}}
 
 // SetupWithManager registers the two controllers. Every CircuitBreaker event and every
 // event of a fusebox-breakers ConfigMap reconciles its namespace in both; BreakerReports

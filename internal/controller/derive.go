@@ -252,13 +252,8 @@ const agentNodeIndex = "fusebox.dev/agent-node"
 // labels (in any namespace: the lookup names the operator's).
 func agentNodeOf(obj client.Object) []string {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
+	if !ok || pod.Spec.NodeName == "" || !hasNodeAgentLabels(pod) {
 		return nil
-	}
-	for k, v := range nodeAgentLabels {
-		if pod.Labels[k] != v {
-			return nil
-		}
 	}
 	return []string{pod.Spec.NodeName}
 }

@@ -48,9 +48,12 @@ func (r *CircuitBreakerReconciler) nodeAgentGrace() time.Duration {
 
 // isNodeAgent reports whether pod is one of the node agents.
 func (r *CircuitBreakerReconciler) isNodeAgent(pod *corev1.Pod) bool {
-	if pod.Namespace != r.operatorNamespace() {
-		return false
-	}
+	return pod.Namespace == r.operatorNamespace() && hasNodeAgentLabels(pod)
+}
+
+// hasNodeAgentLabels reports whether pod carries the node agents' labels, in any
+// namespace.
+func hasNodeAgentLabels(pod *corev1.Pod) bool {
 	for k, v := range nodeAgentLabels {
 		if pod.Labels[k] != v {
 			return false
