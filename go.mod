@@ -3,6 +3,7 @@ module github.com/fusebox-dev/fusebox
 go 1.26.0
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.2
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/fusebox-dev/fusebox/pkg/breaker v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/pkg/breaker/kube v0.0.0-00010101000000-000000000000
@@ -33,6 +34,7 @@ require (
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
 	github.com/moby/term v0.5.2 // indirect
 	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	sigs.k8s.io/kustomize/api v0.21.1 // indirect

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -78,6 +81,7 @@ func run() error {
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	setMemoryLimit(log)
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -261,4 +265,27 @@ func restConfig(inCluster bool) (*rest.Config, error) {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	return cfg, nil
+}
+
+// memoryLimitRatio is the share of the container's memory limit the Go runtime keeps its
+// heap under (GOMEMLIMIT), leaving the rest for what it does not count (stacks, the
+// binary, memory freed but not yet returned). The operator's cache holds a trimmed copy
+// of every pod of the cluster, about 2 KiB each (docs/benchmarks.md, "Node agents"): with
+// the runtime's default of collecting when the heap has doubled, a limit sized for the
+// cache would be reached between two collections; under a soft limit the runtime collects
+// sooner instead.
+const memoryLimitRatio = 0.9
+
+// setMemoryLimit sets the Go runtime's soft memory limit to memoryLimitRatio of the
+// memory limit of the manager's cgroup (the container's resources.limits.memory), unless
+// GOMEMLIMIT sets one (AUTOMEMLIMIT=off leaves the runtime's default) or the cgroup has
+// no limit. The setting is logged; a limit that cannot be read is logged and left unset.
+func setMemoryLimit(log logr.Logger) {
+	if _, err := memlimit.Set(
+		memlimit.WithRatio(memoryLimitRatio),
+		memlimit.WithProvider(memlimit.FromCgroup),
+		memlimit.WithLogger(slog.New(logr.ToSlogHandler(log))),
+	); err != nil {
+		log.Info("The Go runtime's memory limit is left unset", "reason", err.Error())
+	}
 }

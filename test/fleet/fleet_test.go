@@ -38,6 +38,7 @@ func TestFleet(t *testing.T) {
 	defer func() { h.report(rows) }()
 
 	rows = append(rows, h.startFleet()...)
+	h.heapProfiles("start")
 	if s.runs("steady") {
 		rows = append(rows, h.steadyState())
 	}
@@ -49,6 +50,7 @@ func TestFleet(t *testing.T) {
 	}
 	if s.runs("incident") {
 		rows = append(rows, h.fleetIncidents()...)
+		h.heapProfiles("incidents")
 	}
 	if s.runs("many") {
 		rows = append(rows, h.manyBreakers()...)

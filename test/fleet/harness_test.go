@@ -136,7 +136,7 @@ func newHarness(t testing.TB, s settings) *harness {
 		t.Fatal(err)
 	}
 	h.operatorKubeconfig, h.managerBin, h.managerLog = asOperator, bin, logPath
-	if h.mgr, err = startManager(bin, asOperator, logPath); err != nil {
+	if h.mgr, err = startManager(bin, asOperator, logPath, h.s.managerMemory); err != nil {
 		t.Fatal(err)
 	}
 	logf("manager running: %s %s (log: %s)", bin, strings.Join(h.mgr.args, " "), logPath)

@@ -70,10 +70,15 @@
 //	                    start,steady,spec,trip,incident,many,bystanders,restart; start always runs
 //	FLEET_MANAGER       manager binary (default: go build ./cmd/manager into a temp dir)
 //	FLEET_MANAGER_LOG   file for the manager's log (default: a temp file, removed)
+//	FLEET_MANAGER_MEMORY  the manager's memory limit, as a container's (e.g. 512Mi): it
+//	                    runs in a memory cgroup of its own with that limit, which it reads
+//	                    (cgroup_test.go; needs root; default: no limit)
 //	FLEET_OUT           file to write the markdown table to
 //	FLEET_PROFILE       directory for 20 s CPU profiles of the API server and the operator
 //	                    from each fleet incident's trip (incident-N-apiserver.pprof,
-//	                    incident-N-operator.pprof; go tool pprof reads them)
+//	                    incident-N-operator.pprof; go tool pprof reads them), and
+//	                    their heap profiles after the start and after the incidents
+//	                    (start-apiserver.heap, incidents-operator.heap, ...)
 package fleet
 
 import (
@@ -83,6 +88,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // settings are the benchmark's knobs, read from the environment.
@@ -96,6 +103,7 @@ type settings struct {
 	waitCap, settleCap, steady          time.Duration
 	manager, managerLog, out            string
 	profile                             string // a directory for the API server's CPU profile of each incident, or ""
+	managerMemory                       int64  // bytes: the manager's memory limit, 0 for none
 }
 
 func loadSettings() (settings, error) {
@@ -123,6 +131,13 @@ func loadSettings() (settings, error) {
 			}
 			*v.dst = n
 		}
+	}
+	if e := os.Getenv("FLEET_MANAGER_MEMORY"); e != "" {
+		q, err := resource.ParseQuantity(e)
+		if err != nil || q.Value() <= 0 {
+			return s, errorf("FLEET_MANAGER_MEMORY=%q: want a memory size such as 512Mi", e)
+		}
+		s.managerMemory = q.Value()
 	}
 	if e := os.Getenv("FLEET_HOLLOW"); e != "" {
 		v, err := strconv.ParseBool(e)

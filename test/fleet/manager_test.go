@@ -79,7 +79,7 @@ func freePort() (int, error) {
 // startManager runs the manager binary against the cluster of kubeconfig, with
 // webhooks off, no leader election, and metrics and probes on local ports; it
 // returns once /readyz answers.
-func startManager(bin, kubeconfig, logPath string) (*manager, error) {
+func startManager(bin, kubeconfig, logPath string, memory int64) (*manager, error) {
 	flags, err := managerFlags(bin)
 	if err != nil {
 		return nil, err
@@ -138,7 +138,16 @@ func startManager(bin, kubeconfig, logPath string) (*manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
+	var cg *memoryCgroup
+	name, argv := bin, args
+	if memory > 0 {
+		if cg, err = newMemoryCgroup(fmt.Sprintf("fusebox-fleet-manager-%d", os.Getpid()), memory); err != nil {
+			logf.Close()
+			return nil, err
+		}
+		name, argv = cg.wrap(bin, args)
+	}
+	cmd := exec.Command(name, argv...)
 	// Not in a cluster: no in-cluster defaults (leader election) from the
 	// harness's own environment, and the kubeconfig of the envtest server.
 	env := []string{"KUBECONFIG=" + kubeconfig}
@@ -151,11 +160,19 @@ func startManager(bin, kubeconfig, logPath string) (*manager, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
+		if cg != nil {
+			_ = cg.remove()
+		}
 		return nil, fmt.Errorf("start manager: %w", err)
 	}
 	m := &manager{cmd: cmd, args: args, metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), pprofURL: pprofURL, exited: make(chan struct{}), log: logf}
 	go func() {
 		m.waitErr = cmd.Wait()
+		if cg != nil {
+			if err := cg.remove(); err != nil {
+				m.waitErr = errors.Join(m.waitErr, fmt.Errorf("remove the manager's memory cgroup: %w", err))
+			}
+		}
 		close(m.exited)
 	}()
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)

@@ -276,6 +276,28 @@ func (h *harness) profile(name string, d time.Duration) (wait func()) {
 	return wg.Wait
 }
 
+// heapProfiles writes the heap profiles of the API server and of the operator, taken after
+// a collection, to the FLEET_PROFILE directory as name-apiserver.heap and
+// name-operator.heap: what each holds live, and what it allocated since it started.
+// Without that directory it does nothing.
+func (h *harness) heapProfiles(name string) {
+	if h.s.profile == "" {
+		return
+	}
+	save := func(client *http.Client, url, file string) {
+		path := filepath.Join(h.s.profile, file)
+		if err := saveProfile(h.ctx, client, url+"/heap?gc=1", path, time.Minute); err != nil {
+			logf("profile %s: %v", file, err)
+			return
+		}
+		logf("profile: %s", path)
+	}
+	save(h.hc, strings.TrimRight(h.cfg.Host, "/")+"/debug/pprof", name+"-apiserver.heap")
+	if h.mgr != nil && h.mgr.pprofURL != "" {
+		save(http.DefaultClient, h.mgr.pprofURL, name+"-operator.heap")
+	}
+}
+
 func saveProfile(ctx context.Context, client *http.Client, url, path string, timeout time.Duration) error {
 	body, err := get(ctx, client, url, timeout)
 	if err != nil {

@@ -82,10 +82,14 @@ func (h *harness) memoryRow() row {
 	default:
 		pods += " " + mib(most)
 	}
+	operator := mib(rss.operator)
+	if h.s.managerMemory > 0 {
+		operator += fmt.Sprintf(" (limit %s, FLEET_MANAGER_MEMORY)", mib(float64(h.s.managerMemory)))
+	}
 	return row{
 		scenario: "peak resident memory over the run (`VmHWM`, /proc/<pid>/status, read every second)",
 		target:   "reported",
-		measured: fmt.Sprintf("API server %s, operator %s", mib(rss.apiServer), mib(rss.operator)),
+		measured: fmt.Sprintf("API server %s, operator %s", mib(rss.apiServer), operator),
 		meets:    "—",
 		notes:    fmt.Sprintf("%s; the operator's heap (`go_memstats_heap_inuse_bytes`) peaked at %s", pods, mib(heap)),
 	}

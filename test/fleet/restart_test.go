@@ -55,7 +55,7 @@ func (h *harness) restartAtScale() []row {
 	api0 := h.apiWrites()
 	h.mgr.stop()
 	start := time.Now()
-	mgr, err := startManager(h.managerBin, h.operatorKubeconfig, h.managerLog+".restarted")
+	mgr, err := startManager(h.managerBin, h.operatorKubeconfig, h.managerLog+".restarted", h.s.managerMemory)
 	if err != nil {
 		h.t.Fatal(err)
 	}
