@@ -18,14 +18,16 @@ import (
 // change that brings news the fleet decides on (urgent: an earned state, a new config
 // generation or refusal, a breaker or pod leaving by the pod's own word) goes gather after
 // it came when the object has been quiet, together with everything that changed
-// meanwhile; one that comes within a hold of the last write joins that burst's echoes. A change that only echoes
-// what the pods were told or what time did (adopted verdicts, forced modes, timeouts, a
-// breaker's first word, traffic, a pod gone from the node) waits up to hold from the
-// first of them, so that the echoes of one incident go out in one write and after the
-// evidence; an urgent change takes them with it. The pods of a node hear the fleet's
-// verdict on the agent's own streams, within moments of each other, and send their
-// echoes at once (pkg/breaker/kube holds none through an agent); hold also covers the
-// 100–500 ms a pod of an older library holds its echoes.
+// meanwhile. What follows it is the rest of the burst that write began: the node's other
+// pods tripping a moment later, and their echoes of the verdict the fleet reaches. A
+// change that moves a pod's circuit without news (an adopted verdict, a forced mode, a
+// timeout) or an earned one that comes within a hold of the last write waits until the
+// node's pods agree (every pod of each breaker in one state: the burst is over) or, at
+// most, settle from the first of them; the pods of a node hear the fleet's verdict on the
+// agent's own streams but take it over a second or so on a busy node, and a hold of fixed
+// length cut their echoes in two. Any other change that only echoes what the pods were told
+// or what time did (a breaker's first word, traffic, a pod gone from the node) waits a hold
+// from the first of them; an urgent change takes whatever waits with it.
 //
 // gather is what "at once" costs: when a dependency fails, the pods of a node that call
 // it trip within moments of each other, and their reports reach the agent over some tens
@@ -38,19 +40,22 @@ type pacing struct {
 	gather   time.Duration
 	interval time.Duration
 	hold     time.Duration
+	settle   time.Duration
 }
 
-var defaultPacing = pacing{gather: 200 * time.Millisecond, interval: 250 * time.Millisecond, hold: 500 * time.Millisecond}
+var defaultPacing = pacing{gather: 200 * time.Millisecond, interval: 250 * time.Millisecond, hold: 500 * time.Millisecond, settle: 1500 * time.Millisecond}
 
 // maxConcurrentWrites bounds the writes in flight, each to another namespace's object;
 // one object is never written twice at once.
 const maxConcurrentWrites = 4
 
-// change is what a report holds that is not written yet: since when, and whether any of
-// it is urgent.
+// change is what a report holds that is not written yet: since when, whether any of it is
+// urgent, whether it moved a pod's circuit, and whether a shutting-down agent flushes it.
 type change struct {
 	since  time.Time // zero: nothing
 	urgent bool
+	moved  bool
+	flush  bool
 }
 
 func (c change) merge(o change) change {
@@ -64,19 +69,32 @@ func (c change) merge(o change) change {
 		c.since = o.since
 	}
 	c.urgent = c.urgent || o.urgent
+	c.moved = c.moved || o.moved
+	c.flush = c.flush || o.flush
 	return c
 }
 
 // due is when a report whose pending changes are c, last written at lastWrite, and not to
-// be retried before retryAt, may be written.
-func (p pacing) due(c change, lastWrite, retryAt time.Time) time.Time {
+// be retried before retryAt, may be written; agreed says whether the node's pods agree
+// (every pod of each breaker in one state).
+func (p pacing) due(c change, lastWrite, retryAt time.Time, agreed bool) time.Time {
 	// An earned change after a quiet spell goes after the gather. One that comes less than
 	// a hold after the object's last write belongs to the burst that write began (the rest
-	// of a node's pods tripping a moment later than the first), and goes with the burst's
-	// echoes: an incident then costs the object two writes however its trips spread.
-	wait := p.hold
-	if c.urgent && (lastWrite.IsZero() || c.since.Sub(lastWrite) >= p.hold) {
+	// of a node's pods tripping a moment later than the first), and waits with the burst's
+	// echoes until the pods agree: an incident then costs the object two writes however
+	// its trips and echoes spread.
+	var wait time.Duration
+	switch {
+	case c.flush:
+		wait = 0
+	case c.urgent && (lastWrite.IsZero() || c.since.Sub(lastWrite) >= p.hold):
 		wait = p.gather
+	case c.moved && agreed:
+		wait = 0
+	case c.moved:
+		wait = p.settle
+	default:
+		wait = p.hold
 	}
 	at := c.since.Add(wait)
 	if next := lastWrite.Add(p.interval); !lastWrite.IsZero() && next.After(at) {
@@ -131,7 +149,7 @@ func (b *book) take(now time.Time) ([]job, time.Time) {
 			later(now.Add(b.pace.interval))
 			continue
 		}
-		at := b.pace.due(r.pending, r.lastWrite, r.retryAt)
+		at := b.pace.due(r.pending, r.lastWrite, r.retryAt, r.pending.moved && r.agreed())
 		if at.After(now) {
 			later(at)
 			continue
@@ -280,7 +298,7 @@ func (b *book) flush(ctx context.Context) error {
 	b.mu.Lock()
 	for _, r := range b.reports {
 		if !r.pending.since.IsZero() {
-			r.pending.urgent = true
+			r.pending.urgent, r.pending.flush = true, true
 		}
 	}
 	b.signal()

@@ -140,77 +140,92 @@ func payments(w written) resiliencev1alpha1.NodeBreakerEntry {
 	return resiliencev1alpha1.NodeBreakerEntry{}
 }
 
-// TestPacing: on a fake clock, the writes one object gets: the first earned change after
-// a quiet spell 100 ms after it came, with what came meanwhile; what comes in the next 250
-// ms in one write 250 ms after the first; unearned changes after their hold of 500 ms, or
-// with an earned one; nothing for a resend of what the object says, or for changes that
-// undo each other.
+// TestPacing: on a fake clock, the writes one object gets: the pods' first words after a
+// hold of 500 ms; the first earned change after a quiet spell 200 ms after it came, with
+// what came meanwhile; the rest of that burst (later trips, the echoes of the verdict)
+// in one write as soon as the node's pods agree, or 1.5 s after the first of it if they
+// do not; other unearned changes after their hold, or with an earned one; nothing for a
+// resend of what the object says, or for changes that undo each other.
 func TestPacing(t *testing.T) {
-	if defaultPacing.gather != 200*time.Millisecond || defaultPacing.hold != 500*time.Millisecond {
-		t.Fatalf("this test is written for a gather of 200 ms and a hold of 500 ms, not %v and %v", defaultPacing.gather, defaultPacing.hold)
+	if defaultPacing.gather != 200*time.Millisecond || defaultPacing.hold != 500*time.Millisecond || defaultPacing.settle != 1500*time.Millisecond {
+		t.Fatalf("this test is written for a gather of 200 ms, a hold of 500 ms and a settle of 1.5 s, not %+v", defaultPacing)
 	}
 	p := newPacer(t)
+	pods := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, pod := range pods {
+		p.put("shop", pod, started)
+	}
+	w, _ := p.step(499 * time.Millisecond)
+	wantWrites(t, "499 ms after the pods' first words", w)
+	w, _ = p.step(time.Millisecond)
+	wantWrites(t, "the first words' hold", w, 8)
+
+	// An incident: the first trips after a quiet spell go after the gather.
+	p.step(10 * time.Second)
 	p.put("shop", "a", tripped)
-	w, _ := p.step(120 * time.Millisecond)
+	w, _ = p.step(120 * time.Millisecond)
 	wantWrites(t, "120 ms after an earned change after a quiet spell", w)
 	p.put("shop", "b", tripped)
 	w, _ = p.step(79 * time.Millisecond)
 	wantWrites(t, "199 ms after an earned change after a quiet spell", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "200 ms after an earned change after a quiet spell", w, 2)
+	wantWrites(t, "200 ms after an earned change after a quiet spell", w, 8)
 	if len(w) == 1 && payments(w[0]).EarnedOpen != 2 {
 		t.Errorf("the first write: %+v, want both earned Opens", payments(w[0]))
 	}
 
-	// The rest of the burst, earned Opens that come after the first write, wait a hold
-	// from the first of them: they go with the burst's echoes.
-	for i, pod := range []string{"c", "d", "e", "f"} {
+	// The rest of the burst, later trips and then the echoes of the fleet's verdict, waits
+	// until the node's pods agree, however long the echoes take (here 1.2 s, over twice
+	// the hold), and goes in one write the moment the last pod has taken the verdict.
+	for i, pod := range []string{"c", "d"} {
 		w, _ := p.step(50 * time.Millisecond)
 		p.put("shop", pod, tripped)
 		_, next := p.step(0)
 		wantWrites(t, fmt.Sprintf("%d ms after the first write", 50*(i+1)), w)
-		if want := p.clock.Now().Add(time.Duration(500-50*i) * time.Millisecond); !next.Equal(want) {
-			t.Errorf("%d ms after the first write, the writer looks again at %v, want %v", 50*(i+1), next.Format(time.StampMilli), want.Format(time.StampMilli))
+		if want := p.clock.Now().Add(time.Duration(1500-50*i) * time.Millisecond); !next.Equal(want) {
+			t.Errorf("%d ms after the first write, the writer looks again at %v, want %v (1.5 s after the first late trip)", 50*(i+1), next.Format(time.StampMilli), want.Format(time.StampMilli))
 		}
 	}
-	p.put("shop", "g", adopted)
-	w, _ = p.step(349 * time.Millisecond)
-	wantWrites(t, "549 ms after the first write", w)
-	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "550 ms after the first write: the late Opens and the echo", w, 7)
-
-	// An earned change after a quiet spell goes after the gather again.
-	p.step(time.Second)
-	p.put("shop", "g", tripped)
-	w, _ = p.step(200 * time.Millisecond)
-	wantWrites(t, "an earned change a second after the last write", w, 7)
-
-	// Echoes (adopted verdicts) wait their hold, 500 ms from the first of them, however
-	// quiet it has been.
-	w, next := p.step(10 * time.Second)
-	wantWrites(t, "a quiet spell", w)
-	if !next.IsZero() {
-		t.Errorf("nothing pending, yet the writer looks again at %v", next)
+	for i, pod := range []string{"e", "f", "g"} {
+		w, _ := p.step(300 * time.Millisecond)
+		p.put("shop", pod, adopted)
+		wantWrites(t, fmt.Sprintf("echo %d of 4, %d ms after the first write", i+1, 100+300*(i+1)), w)
 	}
-	p.put("shop", "b", adopted)
+	w, _ = p.step(300 * time.Millisecond)
+	wantWrites(t, "1.3 s after the first write, one pod still closed", w)
+	p.put("shop", "h", adopted)
 	w, _ = p.step(0)
-	wantWrites(t, "an adopted verdict at once", w)
-	p.put("shop", "c", adopted)
+	wantWrites(t, "the last echo: every pod open", w, 8)
+	if len(w) == 1 && (payments(w[0]).EarnedOpen != 4 || payments(w[0]).HoldingVerdict != 4 || payments(w[0]).Open != 8) {
+		t.Errorf("the burst's write: %+v, want 4 earned Opens and 4 pods holding the verdict", payments(w[0]))
+	}
+
+	// Pods that do not come to agree are written 1.5 s after the first of their moves.
+	p.step(10 * time.Second)
+	p.put("shop", "e", entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonAdopted))
+	w, _ = p.step(1499 * time.Millisecond)
+	wantWrites(t, "1.499 s after a move the other pods do not follow", w)
+	w, _ = p.step(time.Millisecond)
+	wantWrites(t, "1.5 s after a move the other pods do not follow", w, 8)
+
+	// A change that moves no circuit (a pod's first word) waits its hold, 500 ms from the
+	// first of them, however quiet it has been.
+	p.step(10 * time.Second)
+	p.put("shop", "i", started)
+	w, _ = p.step(0)
+	wantWrites(t, "a first word at once", w)
 	w, _ = p.step(499 * time.Millisecond)
 	wantWrites(t, "499 ms into the hold", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "the hold's end", w, 7)
-	if len(w) == 1 && (payments(w[0]).HoldingVerdict != 2 || payments(w[0]).EarnedOpen != 5) {
-		t.Errorf("the echoes' write: %+v, want 2 pods holding the verdict and 5 earned Opens", payments(w[0]))
-	}
+	wantWrites(t, "the hold's end", w, 9)
 
 	// An earned change takes the held ones with it.
 	p.step(10 * time.Second)
-	p.put("shop", "d", adopted)
+	p.put("shop", "j", started)
 	p.step(100 * time.Millisecond)
 	p.put("shop", "e", entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonProbesSucceeded))
-	w, next = p.step(100 * time.Millisecond) // the gather, from the first change pending
-	if len(w) != 1 || payments(w[0]).HoldingVerdict != 3 || payments(w[0]).EarnedClosed != 1 || payments(w[0]).Closed != 1 {
+	w, next := p.step(100 * time.Millisecond) // the gather, from the first change pending
+	if len(w) != 1 || w[0].pods != 10 || payments(w[0]).EarnedClosed != 1 || payments(w[0]).Closed != 3 {
 		t.Errorf("an earned change during a hold: wrote %+v, want one write with both", w)
 	}
 	if !next.IsZero() {
@@ -229,7 +244,7 @@ func TestPacing(t *testing.T) {
 	p.put("shop", "a", adopted)
 	p.step(250 * time.Millisecond)
 	p.put("shop", "a", tripped)
-	w, next = p.step(time.Second)
+	w, next = p.step(2 * time.Second)
 	wantWrites(t, "a change undone", w)
 	if !next.IsZero() || !p.book.idle() {
 		t.Errorf("a change undone is still pending (looks at %v)", next)
@@ -358,8 +373,9 @@ func TestObjectBounds(t *testing.T) {
 	}
 }
 
-// TestUrgent: which changes of a line go in the next slot, and which wait the hold.
-func TestUrgent(t *testing.T) {
+// TestClassify: which changes of a line go in the next slot (urgent), which moved a
+// circuit (and so wait for the node's pods to agree), and which wait the hold.
+func TestClassify(t *testing.T) {
 	gen2 := started
 	gen2.ConfigGeneration = 2
 	refusedCfg := started
@@ -368,23 +384,55 @@ func TestUrgent(t *testing.T) {
 	retimed.Since = breakerconfig.NewTime(tripped.Since.Add(time.Second))
 	other := entry("search", breakerconfig.StateClosed, breakerconfig.ReasonStarted)
 	for _, tc := range []struct {
-		name      string
-		old, next []breakerconfig.ReportEntry
-		want      bool
+		name          string
+		old, next     []breakerconfig.ReportEntry
+		urgent, moved bool
 	}{
-		{"a pod's first word, Started", nil, []breakerconfig.ReportEntry{started}, false},
-		{"a pod's first word, Tripped", nil, []breakerconfig.ReportEntry{tripped}, true},
-		{"a pod's first word, a refused config", nil, []breakerconfig.ReportEntry{refusedCfg}, true},
-		{"tripped", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{tripped}, true},
-		{"adopted", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{adopted}, false},
-		{"an earned Open re-timed", []breakerconfig.ReportEntry{tripped}, []breakerconfig.ReportEntry{retimed}, false},
-		{"a new config generation", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{gen2}, true},
-		{"a config refused", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{refusedCfg}, true},
-		{"a breaker leaving", []breakerconfig.ReportEntry{started, other}, []breakerconfig.ReportEntry{started}, true},
-		{"a breaker's first word beside others", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{started, other}, false},
+		{"a pod's first word, Started", nil, []breakerconfig.ReportEntry{started}, false, false},
+		{"a pod's first word, Tripped", nil, []breakerconfig.ReportEntry{tripped}, true, false},
+		{"a pod's first word, a refused config", nil, []breakerconfig.ReportEntry{refusedCfg}, true, false},
+		{"tripped", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{tripped}, true, true},
+		{"adopted", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{adopted}, false, true},
+		{"an earned Open re-timed", []breakerconfig.ReportEntry{tripped}, []breakerconfig.ReportEntry{retimed}, false, false},
+		{"a new config generation", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{gen2}, true, false},
+		{"a config refused", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{refusedCfg}, true, false},
+		{"a breaker leaving", []breakerconfig.ReportEntry{started, other}, []breakerconfig.ReportEntry{started}, true, false},
+		{"a breaker's first word beside others", []breakerconfig.ReportEntry{started}, []breakerconfig.ReportEntry{started, other}, false, false},
 	} {
-		if got := urgent(tc.old, tc.next); got != tc.want {
-			t.Errorf("%s: urgent %v, want %v", tc.name, got, tc.want)
+		if got := classify(tc.old, tc.next); got.urgent != tc.urgent || got.moved != tc.moved {
+			t.Errorf("%s: urgent %v, moved %v; want %v, %v", tc.name, got.urgent, got.moved, tc.urgent, tc.moved)
+		}
+	}
+}
+
+// TestDue: how long each kind of pending change waits, from the first of it, after the
+// object's last write 100 ms before it came (within a hold) or a minute before (a quiet
+// spell); never sooner than an interval after that write.
+func TestDue(t *testing.T) {
+	p := defaultPacing
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	recent, quiet := at.Add(-100*time.Millisecond), at.Add(-time.Minute)
+	for _, tc := range []struct {
+		name      string
+		c         change
+		lastWrite time.Time
+		agreed    bool
+		want      time.Duration
+	}{
+		{"an earned move after a quiet spell: the gather", change{urgent: true, moved: true}, quiet, false, p.gather},
+		{"a new config generation after a quiet spell: the gather", change{urgent: true}, quiet, false, p.gather},
+		{"the first write of an object: the gather", change{urgent: true}, time.Time{}, false, p.gather},
+		{"an earned move within a hold, the pods not agreeing: settle", change{urgent: true, moved: true}, recent, false, p.settle},
+		{"an echo, the pods not agreeing: settle", change{moved: true}, quiet, false, p.settle},
+		{"the last echo, the pods agreeing: at once", change{moved: true}, quiet, true, 0},
+		{"the last echo within an interval of the last write: the interval", change{moved: true}, recent, true, p.interval - 100*time.Millisecond},
+		{"a new config generation within a hold: the hold", change{urgent: true}, recent, false, p.hold},
+		{"traffic: the hold", change{}, quiet, true, p.hold},
+		{"a flush: at once", change{moved: true, flush: true}, quiet, false, 0},
+	} {
+		tc.c.since = at
+		if got := p.due(tc.c, tc.lastWrite, time.Time{}, tc.agreed).Sub(at); got != tc.want {
+			t.Errorf("%s: due after %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

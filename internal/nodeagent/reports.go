@@ -140,12 +140,26 @@ func (b *book) report(ns string) *nsReport {
 }
 
 // changed records a change of r not yet written. Caller holds mu.
-func (b *book) changed(r *nsReport, urgent bool) {
-	if r.pending.since.IsZero() {
-		r.pending.since = b.clock.Now()
-	}
-	r.pending.urgent = r.pending.urgent || urgent
+func (b *book) changed(r *nsReport, c change) {
+	c.since = b.clock.Now()
+	r.pending = r.pending.merge(c)
 	b.signal()
+}
+
+// agreed reports whether every pod of r that runs a breaker has its circuit in the same
+// state as every other's (pacing.go: a burst is over). Caller holds mu.
+func (r *nsReport) agreed() bool {
+	state := map[string]string{}
+	for _, l := range r.lines {
+		for _, e := range l.entries {
+			if s, ok := state[e.Name]; !ok {
+				state[e.Name] = e.State
+			} else if s != e.State {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // entries is what r's lines add up to, as the object carries them. Caller holds mu.
@@ -192,7 +206,7 @@ func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 		old, had := r.lines[id.podUID]
 		r.lines[id.podUID] = next
 		if had && len(old.entries) > 0 {
-			b.changed(r, true)
+			b.changed(r, change{urgent: true})
 		}
 		return nil
 	}
@@ -208,7 +222,7 @@ func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 		return refuse(http.StatusConflict, "with pod %s's report, node %s's report in namespace %s would hold %d entries (breakers × revisions), over the %d a NodeBreakerReport may", id, b.node, id.namespace, n, resiliencev1alpha1.MaxNodeReportEntries)
 	}
 	r.lines[id.podUID] = next
-	b.changed(r, urgent(old.entries, entries))
+	b.changed(r, classify(old.entries, entries))
 	return nil
 }
 
@@ -233,12 +247,14 @@ func (r *nsReport) pairs(uid types.UID, entries []breakerconfig.ReportEntry, rev
 	return len(seen)
 }
 
-// urgent reports whether replacing old entries with next brings news the fleet decides
-// on, which is written in the next slot rather than held (pacing.go): an earned state
-// (breakerconfig.Earned), a new config generation or refusal, a breaker leaving. What
-// only says what the pod was told or what time did waits, as the pod's own reporter lets
-// it wait (pkg/breaker/kube, earned.go).
-func urgent(old, next []breakerconfig.ReportEntry) bool {
+// classify says what replacing old entries with next is to the pacing (pacing.go):
+// urgent when it brings news the fleet decides on, which is written in the next slot
+// rather than held: an earned state (breakerconfig.Earned), a new config generation or
+// refusal, a breaker leaving; moved when a circuit changed state or reason. What only
+// says what the pod was told or what time did waits, as the pod's own reporter lets it
+// wait (pkg/breaker/kube, earned.go).
+func classify(old, next []breakerconfig.ReportEntry) change {
+	var c change
 	was := make(map[string]breakerconfig.ReportEntry, len(old))
 	for _, e := range old {
 		was[e.Name] = e
@@ -249,17 +265,21 @@ func urgent(old, next []breakerconfig.ReportEntry) bool {
 		switch {
 		case !ok:
 			if breakerconfig.Earned(e.State, e.Reason) || e.ConfigError != "" {
-				return true
+				c.urgent = true
 			}
 		case o.State != e.State || o.Reason != e.Reason:
+			c.moved = true
 			if breakerconfig.Earned(e.State, e.Reason) {
-				return true
+				c.urgent = true
 			}
 		case o.ConfigGeneration != e.ConfigGeneration || o.ConfigError != e.ConfigError:
-			return true
+			c.urgent = true
 		}
 	}
-	return len(was) > 0
+	if len(was) > 0 {
+		c.urgent = true
+	}
+	return c
 }
 
 // revisionChanged records that a pod of namespace moved to another revision (relabelled),
@@ -269,7 +289,7 @@ func (b *book) revisionChanged(ns string, uid types.UID) {
 	defer b.mu.Unlock()
 	if r := b.reports[ns]; r != nil {
 		if _, ok := r.lines[uid]; ok {
-			b.changed(r, false)
+			b.changed(r, change{})
 		}
 	}
 }
@@ -294,7 +314,7 @@ func (b *book) podGone(ns string, uid types.UID) {
 	}
 	if _, ok := r.lines[uid]; ok {
 		delete(r.lines, uid)
-		b.changed(r, false)
+		b.changed(r, change{})
 	}
 }
 
@@ -322,7 +342,7 @@ func (b *book) readBack(ctx context.Context) error {
 		if r.written, err = json.Marshal(o.Breakers); err != nil {
 			return err
 		}
-		b.changed(r, false)
+		b.changed(r, change{})
 	}
 	b.log.Info("Read back this node's reports", "namespaces", len(list))
 	return nil

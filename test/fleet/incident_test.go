@@ -27,7 +27,7 @@ func (h *harness) verdictOpen() time.Duration {
 }
 
 // incidentQuiet is how long no counted write and nothing waiting in a pod or an agent
-// ends an incident: longer than the agents' longest hold of an echo (1 s, docs/design.md
+// ends an incident: longer than the agents' longest hold of an echo (1.5 s, docs/design.md
 // §9), so that the writes the incident caused after all were counted are its own.
 const incidentQuiet = 2 * time.Second
 
