@@ -24,8 +24,9 @@ import (
 // timeout) or an earned one that comes within a hold of the last write waits until the
 // node's pods agree (every pod of each breaker in one state: the burst is over) or, at
 // most, settle from the first of them; the pods of a node hear the fleet's verdict on the
-// agent's own streams but take it over a second or so on a busy node, and a hold of fixed
-// length cut their echoes in two. Any other change that only echoes what the pods were told
+// agent's own streams but take it over up to two seconds on a busy node, and a fixed hold
+// cut their echoes in two (settle is above that spread: only pods that do not come to
+// agree wait it out). Any other change that only echoes what the pods were told
 // or what time did (a breaker's first word, traffic, a pod gone from the node) waits a hold
 // from the first of them; an urgent change takes whatever waits with it.
 //
@@ -43,7 +44,7 @@ type pacing struct {
 	settle   time.Duration
 }
 
-var defaultPacing = pacing{gather: 200 * time.Millisecond, interval: 250 * time.Millisecond, hold: 500 * time.Millisecond, settle: 1500 * time.Millisecond}
+var defaultPacing = pacing{gather: 200 * time.Millisecond, interval: 250 * time.Millisecond, hold: 500 * time.Millisecond, settle: 3 * time.Second}
 
 // maxConcurrentWrites bounds the writes in flight, each to another namespace's object;
 // one object is never written twice at once.

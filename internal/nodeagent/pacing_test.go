@@ -143,12 +143,12 @@ func payments(w written) resiliencev1alpha1.NodeBreakerEntry {
 // TestPacing: on a fake clock, the writes one object gets: the pods' first words after a
 // hold of 500 ms; the first earned change after a quiet spell 200 ms after it came, with
 // what came meanwhile; the rest of that burst (later trips, the echoes of the verdict)
-// in one write as soon as the node's pods agree, or 1.5 s after the first of it if they
+// in one write as soon as the node's pods agree, or 3 s after the first of it if they
 // do not; other unearned changes after their hold, or with an earned one; nothing for a
 // resend of what the object says, or for changes that undo each other.
 func TestPacing(t *testing.T) {
-	if defaultPacing.gather != 200*time.Millisecond || defaultPacing.hold != 500*time.Millisecond || defaultPacing.settle != 1500*time.Millisecond {
-		t.Fatalf("this test is written for a gather of 200 ms, a hold of 500 ms and a settle of 1.5 s, not %+v", defaultPacing)
+	if defaultPacing.gather != 200*time.Millisecond || defaultPacing.hold != 500*time.Millisecond || defaultPacing.settle != 3*time.Second {
+		t.Fatalf("this test is written for a gather of 200 ms, a hold of 500 ms and a settle of 3 s, not %+v", defaultPacing)
 	}
 	p := newPacer(t)
 	pods := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -182,8 +182,8 @@ func TestPacing(t *testing.T) {
 		p.put("shop", pod, tripped)
 		_, next := p.step(0)
 		wantWrites(t, fmt.Sprintf("%d ms after the first write", 50*(i+1)), w)
-		if want := p.clock.Now().Add(time.Duration(1500-50*i) * time.Millisecond); !next.Equal(want) {
-			t.Errorf("%d ms after the first write, the writer looks again at %v, want %v (1.5 s after the first late trip)", 50*(i+1), next.Format(time.StampMilli), want.Format(time.StampMilli))
+		if want := p.clock.Now().Add(time.Duration(3000-50*i) * time.Millisecond); !next.Equal(want) {
+			t.Errorf("%d ms after the first write, the writer looks again at %v, want %v (3 s after the first late trip)", 50*(i+1), next.Format(time.StampMilli), want.Format(time.StampMilli))
 		}
 	}
 	for i, pod := range []string{"e", "f", "g"} {
@@ -200,13 +200,13 @@ func TestPacing(t *testing.T) {
 		t.Errorf("the burst's write: %+v, want 4 earned Opens and 4 pods holding the verdict", payments(w[0]))
 	}
 
-	// Pods that do not come to agree are written 1.5 s after the first of their moves.
+	// Pods that do not come to agree are written 3 s after the first of their moves.
 	p.step(10 * time.Second)
 	p.put("shop", "e", entry("payments", breakerconfig.StateClosed, breakerconfig.ReasonAdopted))
-	w, _ = p.step(1499 * time.Millisecond)
-	wantWrites(t, "1.499 s after a move the other pods do not follow", w)
+	w, _ = p.step(2999 * time.Millisecond)
+	wantWrites(t, "2.999 s after a move the other pods do not follow", w)
 	w, _ = p.step(time.Millisecond)
-	wantWrites(t, "1.5 s after a move the other pods do not follow", w, 8)
+	wantWrites(t, "3 s after a move the other pods do not follow", w, 8)
 
 	// A change that moves no circuit (a pod's first word) waits its hold, 500 ms from the
 	// first of them, however quiet it has been.

@@ -27,8 +27,8 @@ func (h *harness) verdictOpen() time.Duration {
 }
 
 // incidentQuiet is how long no counted write and nothing waiting in a pod or an agent
-// ends an incident: longer than the agents' longest hold of an echo (1.5 s, docs/design.md
-// §9), so that the writes the incident caused after all were counted are its own.
+// (a change an agent holds, up to 3 s, docs/design.md §9, counts as busy) ends an
+// incident, so that the writes the incident caused after all were counted are its own.
 const incidentQuiet = 2 * time.Second
 
 // incident is one fleet incident sample.
