@@ -254,26 +254,7 @@ func get(ctx context.Context, client *http.Client, url string, timeout time.Dura
 // The profiles say where an incident's CPU seconds go (serving applies, admission,
 // watch fan-out, decoding, aggregating).
 func (h *harness) profile(name string, d time.Duration) (wait func()) {
-	if h.s.profile == "" {
-		return func() {}
-	}
-	var wg sync.WaitGroup
-	query := fmt.Sprintf("/profile?seconds=%d", int(d.Seconds()))
-	get := func(client *http.Client, url, file string) {
-		defer wg.Done()
-		if err := saveProfile(h.ctx, client, url+query, filepath.Join(h.s.profile, file), d+30*time.Second); err != nil {
-			logf("profile %s: %v", file, err)
-			return
-		}
-		logf("profile: %s", filepath.Join(h.s.profile, file))
-	}
-	wg.Add(1)
-	go get(h.hc, strings.TrimRight(h.cfg.Host, "/")+"/debug/pprof", name+"-apiserver.pprof")
-	if h.mgr != nil && h.mgr.pprofURL != "" {
-		wg.Add(1)
-		go get(http.DefaultClient, h.mgr.pprofURL, name+"-operator.pprof")
-	}
-	return wg.Wait
+	return h.saveProfiles(fmt.Sprintf("/profile?seconds=%d", int(d.Seconds())), name, "pprof", d+30*time.Second)
 }
 
 // heapProfiles writes the heap profiles of the API server and of the operator, taken after
@@ -281,21 +262,34 @@ func (h *harness) profile(name string, d time.Duration) (wait func()) {
 // name-operator.heap: what each holds live, and what it allocated since it started.
 // Without that directory it does nothing.
 func (h *harness) heapProfiles(name string) {
+	h.saveProfiles("/heap?gc=1", name, "heap", time.Minute)()
+}
+
+// saveProfiles asks the API server and the operator for the pprof profile at query (a
+// path under /debug/pprof, with its parameters), both at once, and returns a function
+// that waits for both and writes them to the FLEET_PROFILE directory as
+// name-apiserver.ext and name-operator.ext. Without that directory it does nothing.
+func (h *harness) saveProfiles(query, name, ext string, timeout time.Duration) (wait func()) {
 	if h.s.profile == "" {
-		return
+		return func() {}
 	}
-	save := func(client *http.Client, url, file string) {
+	var wg sync.WaitGroup
+	get := func(client *http.Client, url, file string) {
+		defer wg.Done()
 		path := filepath.Join(h.s.profile, file)
-		if err := saveProfile(h.ctx, client, url+"/heap?gc=1", path, time.Minute); err != nil {
+		if err := saveProfile(h.ctx, client, url+query, path, timeout); err != nil {
 			logf("profile %s: %v", file, err)
 			return
 		}
 		logf("profile: %s", path)
 	}
-	save(h.hc, strings.TrimRight(h.cfg.Host, "/")+"/debug/pprof", name+"-apiserver.heap")
+	wg.Add(1)
+	go get(h.hc, strings.TrimRight(h.cfg.Host, "/")+"/debug/pprof", name+"-apiserver."+ext)
 	if h.mgr != nil && h.mgr.pprofURL != "" {
-		save(http.DefaultClient, h.mgr.pprofURL, name+"-operator.heap")
+		wg.Add(1)
+		go get(http.DefaultClient, h.mgr.pprofURL, name+"-operator."+ext)
 	}
+	return wg.Wait
 }
 
 func saveProfile(ctx context.Context, client *http.Client, url, path string, timeout time.Duration) error {
