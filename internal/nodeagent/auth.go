@@ -141,18 +141,11 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 	}
 	now := a.clock.Now()
 	a.mu.Lock()
-	if k, ok := a.known[token]; ok && now.Before(k.until) {
-		a.mu.Unlock()
-		if k.refusal != nil {
-			return identity{}, k.refusal
-		}
-		return k.id, nil
-	}
-	if r, ok := a.refused[token]; ok && now.Before(r.until) {
-		a.mu.Unlock()
-		return identity{}, r.refusal
-	}
+	id, kept, err := a.kept(token, now)
 	a.mu.Unlock()
+	if kept {
+		return id, err
+	}
 
 	// Refused on sight, without asking the API server, whatever the signature would say:
 	// what is not a JWT, what says it has expired, and what is not for this audience.
@@ -167,8 +160,14 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 		return identity{}, refuse(http.StatusUnauthorized, "the token is not for audience %s (it is for %q): project a service-account token with that audience", breakerconfig.NodeAgentAudience, claims.audiences)
 	}
 
-	// Every request with this token waits for the one review of it.
+	// Every request with this token waits for the one review of it. A review that ended
+	// since the first look has kept its answer: looked for again, so that a request that
+	// came as it ended begins no second review.
 	a.mu.Lock()
+	if id, kept, err := a.kept(token, now); kept {
+		a.mu.Unlock()
+		return id, err
+	}
 	rv, ok := a.pending[token]
 	if !ok {
 		if len(a.pending) >= maxPendingReviews {
@@ -186,6 +185,21 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 	case <-ctx.Done():
 		return identity{}, refuse(http.StatusServiceUnavailable, "gave up waiting for the API server to check the token (TokenReview): %v; the answer is kept for the next request", ctx.Err())
 	}
+}
+
+// kept is the answer kept for token at now, if there is one: an identity, or a refusal.
+// Caller holds mu.
+func (a *authenticator) kept(token string, now time.Time) (identity, bool, error) {
+	if k, ok := a.known[token]; ok && now.Before(k.until) {
+		if k.refusal != nil {
+			return identity{}, true, k.refusal
+		}
+		return k.id, true, nil
+	}
+	if r, ok := a.refused[token]; ok && now.Before(r.until) {
+		return identity{}, true, r.refusal
+	}
+	return identity{}, false, nil
 }
 
 // review asks the API server about token, keeps the answer and hands it to rv's waiters.
