@@ -61,6 +61,8 @@ func BenchmarkOneCarrierChanges(b *testing.B) {
 	}
 	for _, nodes := range []int{50, 200, 1000} {
 		run(fmt.Sprintf("nodes=%d×100", nodes), nodes, func(i int) carrier { return carrier{node: fmt.Sprintf("node-%04d", i)} },
-			func(i, change int) counting.Entry { return node(i, int64(50+change%10)) })
+			// A carrier says something new at each visit: its visits are `nodes` changes
+			// apart, and no node count here is a multiple of 7.
+			func(i, change int) counting.Entry { return node(i, int64(50+change%7)) })
 	}
 }
