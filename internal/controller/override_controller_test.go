@@ -86,7 +86,7 @@ var _ = Describe("Overrides", func() {
 		Expect(res.RequeueAfter).To(BeZero(), "nothing left to wait for")
 
 		By("recording each Event once, also for an operator that starts afresh")
-		restarted := &CircuitBreakerReconciler{Client: reconciler.Client, APIReader: reconciler.APIReader, Recorder: reconciler.Recorder}
+		restarted := &CircuitBreakerReconciler{Client: reconciler.Client, APIReader: reconciler.APIReader, Recorder: reconciler.Recorder, agentPods: reconciler.agentPods}
 		for range 2 {
 			_, err := restarted.Reconcile(ctx, reconcile.Request{NamespacedName: configMapKey(ns)})
 			Expect(err).NotTo(HaveOccurred())
