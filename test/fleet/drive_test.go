@@ -16,12 +16,21 @@ const tripLead = 50 * time.Millisecond
 // trip calls Trip() on the named breaker of every pod whose index is a multiple of
 // every, and returns when that started and how long the last host took.
 func (h *harness) trip(name string, every int) (start time.Time, spread time.Duration) {
+	return h.tripProfiled(name, every, "")
+}
+
+// tripProfiled is trip, with the node hosts writing a CPU profile of the next 20 s to
+// the FLEET_PROFILE directory as profile-host-N.pprof, when both are set.
+func (h *harness) tripProfiled(name string, every int, profile string) (start time.Time, spread time.Duration) {
+	if h.s.profile == "" {
+		profile = ""
+	}
 	start = time.Now()
 	if h.nodes > 0 {
 		start = start.Add(tripLead)
 	}
 	done := make([]int64, len(h.fleet))
-	if err := h.fleet.each("Trip", same(TripArgs{Breaker: name, Every: every, At: start.UnixNano()}), func(i int) any { return &done[i] }); err != nil {
+	if err := h.fleet.each("Trip", same(TripArgs{Breaker: name, Every: every, At: start.UnixNano(), Profile: profile}), func(i int) any { return &done[i] }); err != nil {
 		h.t.Fatal(err)
 	}
 	last := start

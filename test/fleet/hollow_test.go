@@ -292,6 +292,7 @@ func (h *HollowHost) Use(names []string, _ *Empty) error {
 // Every, by its own calls (Open/Tripped), and answers when the last report was in.
 func (h *HollowHost) Trip(args TripArgs, done *int64) error {
 	time.Sleep(time.Until(time.Unix(0, args.At)))
+	profileHost(args.Profile)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()

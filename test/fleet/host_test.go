@@ -187,12 +187,16 @@ type TripArgs struct {
 	Breaker string
 	Every   int
 	At      int64
+	// Profile, if not empty, has a node host write a CPU profile of its next 20 s from At
+	// (profileHost).
+	Profile string
 }
 
 // Trip answers when its last Trip() returned.
 func (h *Host) Trip(args TripArgs, done *int64) error {
 	brs := h.breakers(args.Breaker, args.Every)
 	time.Sleep(time.Until(time.Unix(0, args.At)))
+	profileHost(args.Profile)
 	for _, b := range brs {
 		b.Trip()
 	}

@@ -91,9 +91,10 @@ func (h *harness) fleetIncident(c int) incident {
 	before, api0, w0, cpu0, hosts0 := h.tr.snapshot(), h.apiWrites(), h.flowWaits(), h.cpu(), h.fleet.cpu()
 	out.watches = h.watches()
 	seq0 := h.tr.breaker(verdictBreaker).seq
-	profiled := h.profile(fmt.Sprintf("incident-%d", c+1), 20*time.Second)
+	name := fmt.Sprintf("incident-%d", c+1)
+	profiled := h.profile(name, 20*time.Second)
 	defer profiled()
-	start, _ := h.trip(verdictBreaker, 2)
+	start, _ := h.tripProfiled(verdictBreaker, 2, name)
 	deadline := start.Add(h.s.waitCap)
 	type reached struct {
 		d  time.Duration

@@ -74,9 +74,10 @@
 //	                    runs in a memory cgroup of its own with that limit, which it reads
 //	                    (cgroup_test.go; needs root; default: no limit)
 //	FLEET_OUT           file to write the markdown table to
-//	FLEET_PROFILE       directory for 20 s CPU profiles of the API server and the operator
-//	                    from each fleet incident's trip (incident-N-apiserver.pprof,
-//	                    incident-N-operator.pprof; go tool pprof reads them), and
+//	FLEET_PROFILE       directory for 20 s CPU profiles of the API server, the operator and
+//	                    each node host from each fleet incident's trip
+//	                    (incident-N-apiserver.pprof, incident-N-operator.pprof,
+//	                    incident-N-host-H.pprof; go tool pprof reads them), and
 //	                    their heap profiles after the start and after the incidents
 //	                    (start-apiserver.heap, incidents-operator.heap, ...)
 package fleet
