@@ -35,7 +35,8 @@ type podIndex struct {
 	clock    clock.PassiveClock
 	// gone is told of a pod that left the node (deleted, or finished): its line goes.
 	gone func(namespace string, uid types.UID)
-	// relabelled is told of a pod whose revision changed: the entry it counts in moves.
+	// relabelled is told of a pod whose revision may have changed (relabelled, or just
+	// arrived in the cache): the entry it counts in moves if it did.
 	relabelled func(namespace string, uid types.UID)
 
 	// limiter bounds the reads around the cache (a pod whose watch event is still on its
@@ -85,6 +86,13 @@ func newPodIndex(cs kubernetes.Interface, node string, clk clock.PassiveClock, g
 		missing: map[types.UID]time.Time{},
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// A pod whose report came before its watch event (the agent read it around the
+		// cache) was counted at no revision: it has one now.
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				p.relabelled(pod.Namespace, pod.UID)
+			}
+		},
 		UpdateFunc: func(oldObj, obj any) {
 			pod, ok := obj.(*corev1.Pod)
 			if !ok {

@@ -97,7 +97,7 @@ func (b *book) podsIn(ns, breaker string) []breakerconfig.AgentPod {
 		if len(l.entries) == 0 || breaker != "" && !slices.ContainsFunc(l.entries, func(e breakerconfig.ReportEntry) bool { return e.Name == breaker }) {
 			continue
 		}
-		out = append(out, breakerconfig.AgentPod{Namespace: ns, Name: l.pod, UID: string(uid), Revision: b.pods.revision(uid), Breakers: l.entries})
+		out = append(out, breakerconfig.AgentPod{Namespace: ns, Name: l.pod, UID: string(uid), Revision: l.revision, Breakers: l.entries})
 	}
 	slices.SortFunc(out, func(x, y breakerconfig.AgentPod) int {
 		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name), cmp.Compare(x.UID, y.UID))

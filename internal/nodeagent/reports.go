@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,17 +44,26 @@ type line struct {
 	entries []breakerconfig.ReportEntry
 	// body is the entries as sent, what a resend is judged by.
 	body []byte
+	// revision is the pod's revision as the pod cache said when the line was put or the
+	// pod relabelled: the entries (pairs) its breakers take room in.
+	revision string
 }
+
+// pair is an entry of a node report: a breaker and a revision.
+type pair struct{ name, revision string }
 
 func (l line) same(o line) bool { return l.pod == o.pod && bytes.Equal(l.body, o.body) }
 
 // nsReport is one namespace's NodeBreakerReport: the lines of the pods it adds up, what
 // the API server holds, and where its pacing stands (pacing.go).
 type nsReport struct {
-	lines        map[types.UID]line // the node's pods that report in the namespace
-	written      []byte             // the entries the API server holds, as JSON
-	writtenOwner types.UID          // the Node UID of the object written
-	exists       bool               // the API server holds the object
+	lines map[types.UID]line // the node's pods that report in the namespace; set by setLine
+	// pairs is how many lines take room in each entry: kept as lines change, so that a
+	// report is judged against MaxNodeReportEntries without walking every line.
+	pairs        map[pair]int
+	written      []byte    // the entries the API server holds, as JSON
+	writtenOwner types.UID // the Node UID of the object written
+	exists       bool      // the API server holds the object
 	// heldUntil: a restarted agent writes the object read back no sooner (restartHold),
 	// unless every pod wired to it has reported.
 	heldUntil time.Time
@@ -133,7 +143,7 @@ func (b *book) signal() {
 func (b *book) report(ns string) *nsReport {
 	r := b.reports[ns]
 	if r == nil {
-		r = &nsReport{lines: map[types.UID]line{}}
+		r = &nsReport{lines: map[types.UID]line{}, pairs: map[pair]int{}}
 		b.reports[ns] = r
 	}
 	return r
@@ -166,7 +176,7 @@ func (r *nsReport) agreed() bool {
 func (b *book) entries(r *nsReport) []resiliencev1alpha1.NodeBreakerEntry {
 	lines := make([]counting.PodLine, 0, len(r.lines))
 	for uid, l := range r.lines {
-		lines = append(lines, counting.PodLine{Name: l.pod, UID: uid, Revision: b.pods.revision(uid), Entries: l.entries})
+		lines = append(lines, counting.PodLine{Name: l.pod, UID: uid, Revision: l.revision, Entries: l.entries})
 	}
 	return counting.Node(lines)
 }
@@ -193,7 +203,8 @@ func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 	if err != nil {
 		return err
 	}
-	next := line{pod: id.pod, entries: entries, body: body}
+	rev := b.pods.revision(id.podUID)
+	next := line{pod: id.pod, entries: entries, body: body, revision: rev}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, gone := b.departed[id.podUID]; gone {
@@ -204,7 +215,7 @@ func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 		// for it.
 		r := b.report(id.namespace)
 		old, had := r.lines[id.podUID]
-		r.lines[id.podUID] = next
+		r.setLine(id.podUID, next)
 		if had && len(old.entries) > 0 {
 			b.changed(r, change{urgent: true})
 		}
@@ -213,38 +224,64 @@ func (b *book) put(id identity, entries []breakerconfig.ReportEntry) error {
 	r := b.report(id.namespace)
 	old, had := r.lines[id.podUID]
 	switch {
-	case had && old.same(next):
+	case had && old.same(next) && old.revision == next.revision:
 		return nil
 	case !had && len(r.lines) >= resiliencev1alpha1.MaxNodePods:
 		return refuse(http.StatusConflict, "node %s's report in namespace %s adds up %d pods, the most a NodeBreakerReport counts: pod %s's report is not carried", b.node, id.namespace, len(r.lines), id)
 	}
-	if n := r.pairs(id.podUID, entries, b.pods.revision); n > resiliencev1alpha1.MaxNodeReportEntries {
+	if n := r.pairsWith(old, next); n > resiliencev1alpha1.MaxNodeReportEntries {
 		return refuse(http.StatusConflict, "with pod %s's report, node %s's report in namespace %s would hold %d entries (breakers × revisions), over the %d a NodeBreakerReport may", id, b.node, id.namespace, n, resiliencev1alpha1.MaxNodeReportEntries)
 	}
-	r.lines[id.podUID] = next
+	r.setLine(id.podUID, next)
 	b.changed(r, classify(old.entries, entries))
 	return nil
 }
 
-// pairs is how many entries (breaker and revision) r's object would hold with uid's line
-// saying entries, each pod at the revision its pod cache has. Caller holds mu.
-func (r *nsReport) pairs(uid types.UID, entries []breakerconfig.ReportEntry, revision func(types.UID) string) int {
-	type pair struct{ name, revision string }
-	seen := map[pair]bool{}
-	rev := revision(uid)
-	for _, e := range entries {
-		seen[pair{e.Name, rev}] = true
+// setLine makes uid's line say l, keeping pairs. Caller holds mu.
+func (r *nsReport) setLine(uid types.UID, l line) {
+	r.dropLine(uid)
+	r.lines[uid] = l
+	for _, e := range l.entries {
+		r.pairs[pair{e.Name, l.revision}]++
 	}
-	for u, l := range r.lines {
-		if u == uid {
-			continue
-		}
-		rev := revision(u)
-		for _, e := range l.entries {
-			seen[pair{e.Name, rev}] = true
+}
+
+// dropLine takes uid's line out, keeping pairs. Caller holds mu.
+func (r *nsReport) dropLine(uid types.UID) {
+	old, ok := r.lines[uid]
+	if !ok {
+		return
+	}
+	delete(r.lines, uid)
+	for _, e := range old.entries {
+		p := pair{e.Name, old.revision}
+		if r.pairs[p]--; r.pairs[p] <= 0 {
+			delete(r.pairs, p)
 		}
 	}
-	return len(seen)
+}
+
+// pairsWith is how many entries (breaker and revision) r's object would hold with a pod's
+// line old (the zero line: none) replaced by next. A line names each breaker once, so a
+// line's pairs are distinct. Caller holds mu.
+func (r *nsReport) pairsWith(old, next line) int {
+	n := len(r.pairs)
+	for _, e := range old.entries {
+		if r.pairs[pair{e.Name, old.revision}] == 1 {
+			n-- // carried by old alone
+		}
+	}
+	for _, e := range next.entries {
+		p := pair{e.Name, next.revision}
+		others := r.pairs[p]
+		if p.revision == old.revision && slices.ContainsFunc(old.entries, func(o breakerconfig.ReportEntry) bool { return o.Name == e.Name }) {
+			others--
+		}
+		if others == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // classify says what replacing old entries with next is to the pacing (pacing.go):
@@ -282,14 +319,18 @@ func classify(old, next []breakerconfig.ReportEntry) change {
 	return c
 }
 
-// revisionChanged records that a pod of namespace moved to another revision (relabelled),
-// which changes the entry it counts in.
+// revisionChanged moves a pod's line to the revision the pod cache now has for it
+// (relabelled, or cached after its first report), which changes the entry it counts in.
 func (b *book) revisionChanged(ns string, uid types.UID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r := b.reports[ns]; r != nil {
-		if _, ok := r.lines[uid]; ok {
-			b.changed(r, change{})
+		if l, ok := r.lines[uid]; ok {
+			if rev := b.pods.revision(uid); rev != l.revision {
+				l.revision = rev
+				r.setLine(uid, l)
+				b.changed(r, change{})
+			}
 		}
 	}
 }
@@ -313,7 +354,7 @@ func (b *book) podGone(ns string, uid types.UID) {
 		return
 	}
 	if _, ok := r.lines[uid]; ok {
-		delete(r.lines, uid)
+		r.dropLine(uid)
 		b.changed(r, change{})
 	}
 }
