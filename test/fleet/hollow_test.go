@@ -202,7 +202,8 @@ func (h *HollowHost) configChanged(cm *corev1.ConfigMap) {
 
 // applyConfigs brings every pod's entries of the breakers it uses to the published config
 // at now: a breaker published since gets its Started entry, the others their generation
-// and the fleet's verdict. Caller holds mu.
+// and the fleet's verdict. A pod sends its report when that moved what a real pod's
+// reporter sends at once for (sendsNow). Caller holds mu.
 func (h *HollowHost) applyConfigs(now time.Time) {
 	var changed []*hollowPod
 	for name := range h.use {
@@ -215,7 +216,8 @@ func (h *HollowHost) applyConfigs(now time.Time) {
 			if !had {
 				e = startedEntry(name, now, c.Generation)
 			}
-			if p.set(name, configure(e, c, now), now) {
+			next := configure(e, c, now)
+			if p.set(name, next, now) && (!had || sendsNow(e, next)) {
 				changed = append(changed, p)
 			}
 		}

@@ -121,6 +121,16 @@ func adopt(e breakerconfig.ReportEntry, v breakerconfig.Verdict, longest time.Du
 	return e, !reflect.DeepEqual(before, e)
 }
 
+// sendsNow reports whether a real pod's reporter sends its report at once when its entry
+// moves from old to next under a new config: for a new state or reason, or a new config
+// generation. A verdict that only re-times a circuit already open (its since, its period)
+// goes with the pod's next report, as pkg/breaker's Adopt publishes it to the call path
+// without a transition to report.
+func sendsNow(old, next breakerconfig.ReportEntry) bool {
+	return old.State != next.State || old.Reason != next.Reason || old.ConfigGeneration != next.ConfigGeneration ||
+		old.ConfigError != next.ConfigError
+}
+
 // longestOpen is the longest open period c's policy allows: its maxOpenTimeout when it
 // backs off, else its openTimeout.
 func longestOpen(c breakerconfig.Config) time.Duration {
@@ -212,5 +222,29 @@ func TestHollowAdopt(t *testing.T) {
 		if err := (breakerconfig.AgentReport{Breakers: []breakerconfig.ReportEntry{got}}).Validate(); err != nil {
 			t.Errorf("%s: the entry would be refused: %v", c.name, err)
 		}
+	}
+}
+
+// TestHollowSendsWhatRealPodsSend runs always: a verdict that only re-times a hollow pod's
+// open circuit is not sent at once, as a real pod's reporter does not send it; one that
+// moves its circuit, or a new generation, is.
+func TestHollowSendsWhatRealPodsSend(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
+	started := startedEntry("verdict", t0, 3)
+	trip := tripped(started, t0.Add(2*time.Second), time.Minute)
+	open := breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: t0.Add(time.Second), ConsecutiveOpens: 1, OpenTimeout: breakerconfig.Duration(30 * time.Second)}
+	now := t0.Add(3 * time.Second)
+	retimed, changed := adopt(trip, open, time.Minute, now)
+	if !changed || sendsNow(trip, retimed) {
+		t.Errorf("a tripped pod re-timed by the verdict: changed %v, sent at once %v; want changed, not sent", changed, sendsNow(trip, retimed))
+	}
+	adopted, _ := adopt(started, open, time.Minute, now)
+	if !sendsNow(started, adopted) {
+		t.Error("a pod that adopts the verdict does not send it at once")
+	}
+	next := started
+	next.ConfigGeneration++
+	if !sendsNow(started, next) {
+		t.Error("a pod on a new config generation does not send it at once")
 	}
 }
