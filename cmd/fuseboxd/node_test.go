@@ -46,7 +46,7 @@ func TestNodeModeCarriesTheSidecar(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envtest control plane: %v (run `make envtest` or hack/envtest.sh)", err)
 	}
-	cfg, err := env.Start()
+	cfg, err := testenv.Start(env)
 	if err != nil {
 		t.Fatalf("envtest control plane: %v", err)
 	}

@@ -37,7 +37,7 @@ func TestSecureMetricsNeedAnAuthorizedToken(t *testing.T) {
 		}
 		t.Skipf("SKIPPED: %v", err)
 	}
-	cfg, err := env.Start()
+	cfg, err := testenv.Start(env)
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
 	}

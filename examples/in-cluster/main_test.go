@@ -42,7 +42,7 @@ func TestDeployAndRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envtest control plane (run `make envtest` or hack/envtest.sh): %v", err)
 	}
-	cfg, err := env.Start()
+	cfg, err := testenv.Start(env)
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
 	}

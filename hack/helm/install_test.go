@@ -37,7 +37,7 @@ func TestInstallOnAnAPIServer(t *testing.T) {
 	}
 	kustomize := kustomizeBin(t)
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
+	cfg, err := testenv.Start(env)
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
 	}

@@ -63,7 +63,7 @@ func BenchmarkFlappingPod(b *testing.B) {
 	if err != nil {
 		b.Skip(err) // no control plane: make envtest builds one
 	}
-	rc, err := env.Start()
+	rc, err := testenv.Start(env)
 	if err != nil {
 		b.Fatal(err)
 	}

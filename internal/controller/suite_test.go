@@ -92,7 +92,7 @@ var _ = BeforeSuite(func() {
 	var err error
 	testEnv, err = testenv.New("../..")
 	Expect(err).NotTo(HaveOccurred())
-	cfg, err = testEnv.Start()
+	cfg, err = testenv.Start(testEnv)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(testEnv.Stop)
 	// The API server's own checks, as config/default installs them.

@@ -64,7 +64,7 @@ var _ = BeforeSuite(func() {
 		Skip("SKIPPED: " + err.Error())
 	}
 	Expect(err).NotTo(HaveOccurred())
-	cfg, err = env.Start()
+	cfg, err = testenv.Start(env)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})

@@ -55,7 +55,7 @@ func start(repoRoot, kubeconfigPath string, webhooks bool) (*Cluster, error) {
 			LocalServingHost: "127.0.0.1",
 		}
 	}
-	cfg, err := env.Start()
+	cfg, err := testenv.Start(env)
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}

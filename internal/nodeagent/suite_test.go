@@ -85,7 +85,7 @@ func runMain(m *testing.M) int {
 	defer os.RemoveAll(certDir)
 	if testEnv, envErr = testenv.New("../.."); envErr == nil {
 		testEnv.ControlPlane.GetAPIServer().CertDir = certDir
-		cfg, envErr = testEnv.Start()
+		cfg, envErr = testenv.Start(testEnv)
 	}
 	if envErr == nil {
 		defer func() { _ = testEnv.Stop() }()

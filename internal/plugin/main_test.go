@@ -53,7 +53,7 @@ func runMain(m *testing.M) int {
 	env, err := testenv.New("../..")
 	var cfg *rest.Config
 	if err == nil {
-		cfg, err = env.Start()
+		cfg, err = testenv.Start(env)
 	}
 	if err != nil {
 		envErr = err

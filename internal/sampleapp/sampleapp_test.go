@@ -45,7 +45,7 @@ func TestSampleWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envtest control plane (run `make envtest` or hack/envtest.sh): %v", err)
 	}
-	cfg, err := env.Start()
+	cfg, err := testenv.Start(env)
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
 	}

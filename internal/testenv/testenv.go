@@ -3,12 +3,14 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -66,6 +68,18 @@ func New(repoRoot string) (*envtest.Environment, error) {
 		env.ControlPlaneStartTimeout = startTimeout
 	}
 	return env, nil
+}
+
+// Start starts env's control plane and returns its config. When starting fails after
+// the processes came up (the CRDs did not install: a test binary run from another
+// directory finds no config/crd), it stops them, which envtest leaves running: a suite
+// that stops only what started would leave a kube-apiserver and an etcd behind each run.
+func Start(env *envtest.Environment) (*rest.Config, error) {
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	return cfg, nil
 }
 
 // startTimeout is how long each process of the control plane may take to start.

@@ -61,7 +61,7 @@ var _ = BeforeSuite(func() {
 	testEnv, err = testenv.New("../..")
 	Expect(err).NotTo(HaveOccurred())
 	testEnv.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{manifests}}
-	cfg, err = testEnv.Start()
+	cfg, err = testenv.Start(testEnv)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(testEnv.Stop)
 

@@ -59,7 +59,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if cfg, err = env.Start(); err != nil {
+	if cfg, err = testenv.Start(env); err != nil {
 		fmt.Fprintln(os.Stderr, "start envtest:", err)
 		return 1
 	}

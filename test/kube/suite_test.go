@@ -72,7 +72,7 @@ func runMain(m *testing.M) int {
 		// A graceful stop of kube-apiserver can take the whole 20s default; past this it is
 		// killed, which is what the outage test wants anyway.
 		testEnv.ControlPlaneStopTimeout = 3 * time.Second
-		cfg, envErr = testEnv.Start()
+		cfg, envErr = testenv.Start(testEnv)
 	}
 	if envErr == nil {
 		defer func() { _ = testEnv.Stop() }()

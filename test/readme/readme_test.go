@@ -223,7 +223,7 @@ func startCluster(t *testing.T) *rest.Config {
 		t.Skipf("SKIPPED: no control plane (run hack/envtest.sh, or set KUBEBUILDER_ASSETS): %v", err)
 	}
 	env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{repoRoot + "/config/webhook/manifests.yaml"}}
-	cfg, err := env.Start()
+	cfg, err := testenv.Start(env)
 	if err != nil {
 		t.Fatalf("start envtest: %v", err)
 	}
