@@ -157,14 +157,20 @@ func sortedEntries(m map[string]breakerconfig.ReportEntry) []breakerconfig.Repor
 	return out
 }
 
+// verdictCase is the incident the hollow pods' tests judge: a pod started at t0, the same
+// pod tripped 2 s later, the fleet's Open verdict from t0+1 s, seen at t0+3 s.
+func verdictCase() (t0 time.Time, started, trip breakerconfig.ReportEntry, open breakerconfig.Verdict, now time.Time) {
+	t0 = time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
+	started = startedEntry("verdict", t0, 3)
+	trip = tripped(started, t0.Add(2*time.Second), time.Minute)
+	open = breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: t0.Add(time.Second), ConsecutiveOpens: 1, OpenTimeout: breakerconfig.Duration(30 * time.Second)}
+	return t0, started, trip, open, t0.Add(3 * time.Second)
+}
+
 // TestHollowAdopt runs always (it needs no cluster): a synthetic pod takes the fleet's
 // verdict as pkg/breaker's Adopt does, so that hollow nodes report what real pods would.
 func TestHollowAdopt(t *testing.T) {
-	t0 := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
-	started := startedEntry("verdict", t0, 3)
-	trip := tripped(started, t0.Add(2*time.Second), time.Minute)
-	open := breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: t0.Add(time.Second), ConsecutiveOpens: 1, OpenTimeout: breakerconfig.Duration(30 * time.Second)}
-	now := t0.Add(3 * time.Second)
+	t0, started, trip, open, now := verdictCase()
 	for _, c := range []struct {
 		name   string
 		e      breakerconfig.ReportEntry
@@ -229,11 +235,7 @@ func TestHollowAdopt(t *testing.T) {
 // open circuit is not sent at once, as a real pod's reporter does not send it; one that
 // moves its circuit, or a new generation, is.
 func TestHollowSendsWhatRealPodsSend(t *testing.T) {
-	t0 := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
-	started := startedEntry("verdict", t0, 3)
-	trip := tripped(started, t0.Add(2*time.Second), time.Minute)
-	open := breakerconfig.Verdict{State: breakerconfig.StateOpen, Since: t0.Add(time.Second), ConsecutiveOpens: 1, OpenTimeout: breakerconfig.Duration(30 * time.Second)}
-	now := t0.Add(3 * time.Second)
+	_, started, trip, open, now := verdictCase()
 	retimed, changed := adopt(trip, open, time.Minute, now)
 	if !changed || sendsNow(trip, retimed) {
 		t.Errorf("a tripped pod re-timed by the verdict: changed %v, sent at once %v; want changed, not sent", changed, sendsNow(trip, retimed))
