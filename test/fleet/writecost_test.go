@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -43,11 +44,15 @@ const writeBatch = 20
 // resourceVersion last written, field manager fusebox-node), under the node's agent
 // identity with the admission policy judging it. Each write flips one pod's verdict
 // breaker between Open (Tripped) and Closed (ProbesSucceeded), so that every write
-// changes the entry's counts. Besides ns/op it reports the object's size as stored,
-// managedFields included (`stored-B`, `managedFields-B`), and the API server's CPU per
-// write, the median over samples of writeBatch writes (`apiserver-cpu-ms/op`, /proc).
-// With FLEET_PROFILE set to a directory it keeps a CPU profile of the API server over the
-// first 10 s of the writes (write-apiserver.pprof).
+// changes the entry's counts (`counts`). Beside it, `no-entries` writes the same object
+// with no entries at all, one annotation changed per write: what the API server charges
+// for any write of a node report on this resource, identity and policy, whatever it
+// carries, the floor of what an incident's writes can cost. Besides ns/op each reports
+// the object's size as stored, managedFields included (`stored-B`, `managedFields-B`),
+// and the API server's CPU per write, the median over samples of writeBatch writes
+// (`apiserver-cpu-ms/op`, /proc). With FLEET_PROFILE set to a directory it keeps a CPU
+// profile of the API server over the first 10 s of each case's writes
+// (write-counts-apiserver.pprof, write-no-entries-apiserver.pprof).
 //
 //	KUBEBUILDER_ASSETS="$(hack/envtest.sh)" go test -run '^$' -bench NodeReportWrite -benchtime 400x ./test/fleet
 func BenchmarkNodeReportWrite(b *testing.B) {
@@ -95,34 +100,51 @@ func BenchmarkNodeReportWrite(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	profiled := h.profile("write", 10*time.Second)
-	var perWrite []float64
-	cpu0, _ := cpuSeconds(apiPID)
-	for i := 0; b.Loop(); i++ {
-		flip(lines, i)
-		if obj, err = nodeReportObject(node, lines); err != nil {
-			b.Fatal(err)
+	write := func(b *testing.B, name string, next func(i int) (*unstructured.Unstructured, error)) {
+		profiled := h.profile("write-"+name, 10*time.Second)
+		var perWrite []float64
+		cpu0, _ := cpuSeconds(apiPID)
+		for i := 0; b.Loop(); i++ {
+			obj, err := next(i)
+			if err != nil {
+				b.Fatal(err)
+			}
+			obj.SetResourceVersion(stored.GetResourceVersion())
+			if stored, err = reports.Update(ctx, obj, metav1.UpdateOptions{FieldManager: nodeagent.FieldManager}); err != nil {
+				b.Fatal(err)
+			}
+			if (i+1)%writeBatch == 0 {
+				cpu1, _ := cpuSeconds(apiPID)
+				perWrite = append(perWrite, (cpu1-cpu0)*1000/writeBatch)
+				cpu0 = cpu1
+			}
 		}
-		obj.SetResourceVersion(stored.GetResourceVersion())
-		if stored, err = reports.Update(ctx, obj, metav1.UpdateOptions{FieldManager: nodeagent.FieldManager}); err != nil {
-			b.Fatal(err)
+		profiled()
+		if len(perWrite) == 0 {
+			b.Fatalf("fewer than %d writes: run with -benchtime %dx or more", writeBatch, 10*writeBatch)
 		}
-		if (i+1)%writeBatch == 0 {
-			cpu1, _ := cpuSeconds(apiPID)
-			perWrite = append(perWrite, (cpu1-cpu0)*1000/writeBatch)
-			cpu0 = cpu1
-		}
+		slices.Sort(perWrite)
+		b.ReportMetric(perWrite[(len(perWrite)-1)/2], "apiserver-cpu-ms/op")
+		raw, _ := json.Marshal(stored.Object)
+		b.ReportMetric(float64(len(raw)), "stored-B")
+		mf, _ := json.Marshal(stored.GetManagedFields())
+		b.ReportMetric(float64(len(mf)), "managedFields-B")
 	}
-	profiled()
-	if len(perWrite) == 0 {
-		b.Fatalf("fewer than %d writes: run with -benchtime %dx or more", writeBatch, 10*writeBatch)
-	}
-	slices.Sort(perWrite)
-	b.ReportMetric(perWrite[(len(perWrite)-1)/2], "apiserver-cpu-ms/op")
-	raw, _ := json.Marshal(stored.Object)
-	b.ReportMetric(float64(len(raw)), "stored-B")
-	mf, _ := json.Marshal(stored.GetManagedFields())
-	b.ReportMetric(float64(len(mf)), "managedFields-B")
+	b.Run("counts", func(b *testing.B) {
+		write(b, "counts", func(i int) (*unstructured.Unstructured, error) {
+			flip(lines, i)
+			return nodeReportObject(node, lines)
+		})
+	})
+	b.Run("no-entries", func(b *testing.B) {
+		write(b, "no-entries", func(i int) (*unstructured.Unstructured, error) {
+			obj, err := nodeReportObject(node, nil)
+			if err == nil {
+				obj.SetAnnotations(map[string]string{"fusebox.dev/benchmark-write": strconv.Itoa(i)})
+			}
+			return obj, err
+		})
+	})
 }
 
 // podLines are the lines of n pods as the agent keeps them: each pod running the fleet's
