@@ -85,8 +85,10 @@ type Stats struct {
 	// accepted; WriteFailures how many failed (each is retried).
 	Writes, WriteFailures int64
 	// TokenReviews is how many tokens the agent asked the API server about: one per
-	// token, not one per request, while the answer is kept.
-	TokenReviews int64
+	// token, not one per request, while the answer is kept. TokensVerified is how many
+	// pods' tokens it checked itself against the issuer's keys instead, and KeyFetches
+	// how often it read those keys.
+	TokenReviews, TokensVerified, KeyFetches int64
 	// LiveLookups is how many pods the agent read from the API server because its pod
 	// cache had not seen them yet.
 	LiveLookups int64
@@ -144,7 +146,10 @@ func New(o Options) (*Agent, error) {
 	}
 	a := &Agent{node: o.NodeName, id: id, log: log, grace: o.ShutdownGrace, hc: hc, cs: cs,
 		port: o.port.withDefaults(), readers: make(chan struct{}, breakerconfig.MaxAgentPodsRequests)}
-	a.auth = newAuthenticator(cs.AuthenticationV1().TokenReviews(), clk)
+	keys := newIssuerKeys(func(ctx context.Context, path string) ([]byte, error) {
+		return cs.CoreV1().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+	})
+	a.auth = newAuthenticator(cs.AuthenticationV1().TokenReviews(), keys, clk)
 	a.book = newBook(o.NodeName, newAPIWriter(dc.Resource(nodeReports), o.NodeName), clk, log)
 	a.pods = newPodIndex(cs, o.NodeName, clk, a.book.podGone, a.book.revisionChanged)
 	a.book.pods = a.pods
@@ -175,7 +180,8 @@ func (a *Agent) Stats() Stats {
 	watching, started := a.configs.counts()
 	return Stats{
 		Writes: writes, WriteFailures: failures,
-		TokenReviews: a.auth.reviews.Load(), LiveLookups: a.pods.liveLookups.Load(),
+		TokenReviews: a.auth.reviews.Load(), TokensVerified: a.auth.keys.verified.Load(), KeyFetches: a.auth.keys.fetches.Load(),
+		LiveLookups:   a.pods.liveLookups.Load(),
 		ConfigWatches: watching, ConfigWatchesStarted: started,
 		Refused: a.refused.total(), ConfigStreams: a.streams.Load(),
 	}

@@ -89,12 +89,15 @@ const (
 	reviewTimeout = 60 * time.Second
 )
 
-// authenticator checks tokens with TokenReview and keeps the answers: a token the API
-// server vouched for is believed until it expires, without asking again. That is safe
-// for a bound token because what could revoke it early (its pod deleted) is checked on
-// every request anyway: the pod must be bound to the node in the agent's pod cache.
+// authenticator checks tokens and keeps the answers: a pod's token is verified against
+// its issuer's keys when it can be (issuerKeys), else the API server is asked
+// (TokenReview); either way it is believed until it expires, without checking again.
+// That is safe for a pod's token because what could revoke it early (its pod deleted) is
+// checked on every request anyway: the pod must be bound to the node in the agent's pod
+// cache. The readers' tokens, which no pod check follows, are always reviewed.
 type authenticator struct {
 	client authnclient.TokenReviewInterface
+	keys   *issuerKeys // nil: every token is reviewed
 	clock  clock.PassiveClock
 	sem    chan struct{}
 
@@ -117,6 +120,9 @@ type knownToken struct {
 	id      identity
 	refusal *refusal // the identity is no pod's: refused with this, however often asked
 	until   time.Time
+	// verified: checked against the issuer's keys, not by the API server; believed
+	// only where a pod check follows (authenticate's pod).
+	verified bool
 }
 
 type refusedToken struct {
@@ -124,24 +130,26 @@ type refusedToken struct {
 	until   time.Time
 }
 
-func newAuthenticator(client authnclient.TokenReviewInterface, clk clock.PassiveClock) *authenticator {
+func newAuthenticator(client authnclient.TokenReviewInterface, keys *issuerKeys, clk clock.PassiveClock) *authenticator {
 	return &authenticator{
-		client: client, clock: clk, sem: make(chan struct{}, concurrentReviews),
+		client: client, keys: keys, clock: clk, sem: make(chan struct{}, concurrentReviews),
 		known: map[string]knownToken{}, refused: map[string]refusedToken{}, pending: map[string]*review{},
 	}
 }
 
 // authenticate returns the identity of the request's bearer token, or a refusal: 401 for
 // no token or one the API server does not vouch for (garbage, expired, another audience),
-// 403 for a valid token that names no pod, 503 when the API server cannot be asked.
-func (a *authenticator) authenticate(ctx context.Context, header string) (identity, error) {
+// 403 for a valid token that names no pod, 503 when the API server cannot be asked. With
+// pod set, the caller checks the pod the identity names in its pod cache, so the token
+// may be verified against its issuer's keys; without, only the API server's word counts.
+func (a *authenticator) authenticate(ctx context.Context, header string, pod bool) (identity, error) {
 	token, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || strings.TrimSpace(token) == "" {
 		return identity{}, refuse(http.StatusUnauthorized, "no bearer token: send the pod's projected service-account token for audience %s as \"Authorization: Bearer <token>\"", breakerconfig.NodeAgentAudience)
 	}
 	now := a.clock.Now()
 	a.mu.Lock()
-	id, kept, err := a.kept(token, now)
+	id, kept, err := a.kept(token, now, pod)
 	a.mu.Unlock()
 	if kept {
 		return id, err
@@ -160,11 +168,21 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 		return identity{}, refuse(http.StatusUnauthorized, "the token is not for audience %s (it is for %q): project a service-account token with that audience", breakerconfig.NodeAgentAudience, claims.audiences)
 	}
 
+	// A pod's token signed by its issuer is believed without asking anyone.
+	if pod && a.keys != nil {
+		if id, ok := a.keys.verify(token, now); ok {
+			a.mu.Lock()
+			keep(a.known, maxKnownTokens, now, token, knownToken{id: id, until: claims.expires, verified: true}, func(k knownToken) time.Time { return k.until })
+			a.mu.Unlock()
+			return id, nil
+		}
+	}
+
 	// Every request with this token waits for the one review of it. A review that ended
 	// since the first look has kept its answer: looked for again, so that a request that
 	// came as it ended begins no second review.
 	a.mu.Lock()
-	if id, kept, err := a.kept(token, now); kept {
+	if id, kept, err := a.kept(token, now, pod); kept {
 		a.mu.Unlock()
 		return id, err
 	}
@@ -188,9 +206,9 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 }
 
 // kept is the answer kept for token at now, if there is one: an identity, or a refusal.
-// Caller holds mu.
-func (a *authenticator) kept(token string, now time.Time) (identity, bool, error) {
-	if k, ok := a.known[token]; ok && now.Before(k.until) {
+// A token verified against its issuer's keys counts only for a pod. Caller holds mu.
+func (a *authenticator) kept(token string, now time.Time, pod bool) (identity, bool, error) {
+	if k, ok := a.known[token]; ok && now.Before(k.until) && (pod || !k.verified) {
 		if k.refusal != nil {
 			return identity{}, true, k.refusal
 		}

@@ -27,6 +27,8 @@ var (
 		"Requests the agent refused, recording nothing, by HTTP status; 503 includes connections past the port's cap.", []string{"code"}, nil)
 	descReviews = prometheus.NewDesc("fusebox_node_agent_token_reviews_total",
 		"TokenReviews the agent asked the API server for: one per token, not per request, while the answer is kept.", nil, nil)
+	descVerified = prometheus.NewDesc("fusebox_node_agent_tokens_verified_total",
+		"Pods' tokens the agent checked itself against the service-account issuer's keys, asking the API server nothing: one per token.", nil, nil)
 	descLiveReads = prometheus.NewDesc("fusebox_node_agent_live_pod_reads_total",
 		"Pods the agent read from the API server because its pod cache did not have them.", nil, nil)
 	descStreams = prometheus.NewDesc("fusebox_node_agent_config_streams",
@@ -43,7 +45,7 @@ type agentCollector struct{ a *Agent }
 var _ prometheus.Collector = agentCollector{}
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPods, descObjects, descWrites, descLatency, descOldest, descRefused, descReviews, descLiveReads, descStreams} {
+	for _, d := range []*prometheus.Desc{descPods, descObjects, descWrites, descLatency, descOldest, descRefused, descReviews, descVerified, descLiveReads, descStreams} {
 		ch <- d
 	}
 }
@@ -69,6 +71,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRefused, n, strconv.Itoa(code))
 	}
 	counter(descReviews, a.auth.reviews.Load())
+	counter(descVerified, a.auth.keys.verified.Load())
 	counter(descLiveReads, a.pods.liveLookups.Load())
 	gauge(descStreams, float64(a.streams.Load()))
 }

@@ -46,7 +46,8 @@ func value(m *dto.Metric) float64 {
 
 // TestMetrics: what an agent has done shows in its collector: the pods it holds a line
 // of, its objects, its writes and their latency, the requests it refused by status, its
-// token reviews and config streams, and no change unwritten once it is idle.
+// pods' tokens checked against the issuer's keys (none needing a review), its config
+// streams, and no change unwritten once it is idle.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	node := newNode(t)
@@ -79,7 +80,8 @@ func TestMetrics(t *testing.T) {
 		{"fusebox_node_agent_report_write_duration_seconds", "", 1, 2},
 		{"fusebox_node_agent_oldest_unwritten_change_seconds", "", 0, 0},
 		{"fusebox_node_agent_refused_requests_total", "code=401", 1, 1},
-		{"fusebox_node_agent_token_reviews_total", "", 2, 2},
+		{"fusebox_node_agent_token_reviews_total", "", 0, 0},
+		{"fusebox_node_agent_tokens_verified_total", "", 2, 2},
 		{"fusebox_node_agent_config_streams", "", 0, 0},
 	} {
 		got, ok := m[want.name][want.labels]

@@ -56,7 +56,7 @@ func (a *Agent) identifyReader(w http.ResponseWriter, r *http.Request) bool {
 			header = "Bearer " + strings.TrimPrefix(t, "Bearer ")
 		}
 	}
-	id, err := a.auth.authenticate(r.Context(), header)
+	id, err := a.auth.authenticate(r.Context(), header, false)
 	if err != nil {
 		a.refuse(w, err)
 		return false

@@ -25,18 +25,18 @@ func TestTokenReviewOutlivesItsRequest(t *testing.T) {
 	ns := newNamespace(t)
 	pod := newPod(t, ns, "checkout", node.Name)
 	header := "Bearer " + podToken(t, pod, breakerconfig.NodeAgentAudience)
-	a := newAuthenticator(clientset.AuthenticationV1().TokenReviews(), clock.RealClock{})
+	a := newAuthenticator(clientset.AuthenticationV1().TokenReviews(), nil, clock.RealClock{})
 
 	gaveUp, cancel := context.WithCancel(context.Background())
 	cancel()
 	var r *refusal
-	if _, err := a.authenticate(gaveUp, header); err != nil && (!errors.As(err, &r) || r.status != http.StatusServiceUnavailable) {
+	if _, err := a.authenticate(gaveUp, header, true); err != nil && (!errors.As(err, &r) || r.status != http.StatusServiceUnavailable) {
 		t.Fatalf("a request that gave up: %v, want 503", err)
 	}
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			id, err := a.authenticate(context.Background(), header)
+			id, err := a.authenticate(context.Background(), header, true)
 			if err != nil || id.podUID != pod.UID {
 				t.Errorf("authenticate: %+v, %v; want pod %s", id, err, pod.UID)
 			}

@@ -146,7 +146,7 @@ func (a *Agent) identify(w http.ResponseWriter, r *http.Request) (identity, bool
 		a.refuse(w, refuse(http.StatusServiceUnavailable, "the agent of node %s is starting: ask again shortly", a.node))
 		return identity{}, false
 	}
-	id, err := a.auth.authenticate(r.Context(), r.Header.Get("Authorization"))
+	id, err := a.auth.authenticate(r.Context(), r.Header.Get("Authorization"), true)
 	if err == nil {
 		if r := id.asPod(); r != nil {
 			err = r

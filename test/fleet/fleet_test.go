@@ -100,8 +100,8 @@ func (h *harness) startFleet() []row {
 		r.notes += fmt.Sprintf("; hollow agents: %d synthetic reports taken, %d refused, %d node report writes; before it: %s",
 			st.Reports, st.ReportFailures, st.AgentWrites, strings.Join(h.nodeNotes, "; "))
 	case h.nodes > 0:
-		r.notes += fmt.Sprintf("; node agents: %d TokenReviews, %d pods read live, %d requests refused; before it: %s",
-			st.TokenReviews, st.LiveLookups, st.Refused, strings.Join(h.nodeNotes, "; "))
+		r.notes += fmt.Sprintf("; node agents: %d tokens verified against the issuer's keys, %d TokenReviews, %d pods read live, %d requests refused; before it: %s",
+			st.TokensVerified, st.TokenReviews, st.LiveLookups, st.Refused, strings.Join(h.nodeNotes, "; "))
 	}
 	logf("start: %s (%s)", r.measured, r.notes)
 	return []row{r}

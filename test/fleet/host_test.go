@@ -302,8 +302,9 @@ type HostStats struct {
 	// Reports the receiver (the API server, or the node agent) accepted, and failures.
 	Reports, ReportFailures int64
 	// The node agents': NodeBreakerReport writes the API server accepted, failed ones,
-	// TokenReviews asked, pods read live, requests refused.
-	AgentWrites, AgentWriteFailures, TokenReviews, LiveLookups, Refused int64
+	// TokenReviews asked, tokens verified against the issuer's keys, pods read live,
+	// requests refused.
+	AgentWrites, AgentWriteFailures, TokenReviews, TokensVerified, LiveLookups, Refused int64
 	// Busy is the last moment something was being written (Unix nanoseconds): now while
 	// a pod's write is in flight or a change waits in a pod or an agent.
 	Busy int64
@@ -332,6 +333,7 @@ func (h *Host) Stats(_ Empty, s *HostStats) error {
 		s.AgentWrites += st.Writes
 		s.AgentWriteFailures += st.WriteFailures
 		s.TokenReviews += st.TokenReviews
+		s.TokensVerified += st.TokensVerified
 		s.LiveLookups += st.LiveLookups
 		s.Refused += st.Refused
 		if !n.agent.Written() {

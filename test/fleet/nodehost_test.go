@@ -232,6 +232,7 @@ func (f fleet) stats() HostStats {
 		s.AgentWrites += a.AgentWrites
 		s.AgentWriteFailures += a.AgentWriteFailures
 		s.TokenReviews += a.TokenReviews
+		s.TokensVerified += a.TokensVerified
 		s.LiveLookups += a.LiveLookups
 		s.Refused += a.Refused
 		s.Busy = max(s.Busy, a.Busy)

@@ -57,8 +57,8 @@ func (h *harness) report(rows []row) {
 	}
 	fmt.Fprintf(&b, "- writes counted from watch events (ADDED/MODIFIED/DELETED) in the namespace: %s\n", kinds)
 	if h.nodes > 0 {
-		fmt.Fprintf(&b, "- whole run: pods' reports accepted by their agents %d (%d failed); node agents' writes accepted by the API server %d (%d failed), TokenReviews %d, requests refused %d\n\n",
-			st.Reports, st.ReportFailures, st.AgentWrites, st.AgentWriteFailures, st.TokenReviews, st.Refused)
+		fmt.Fprintf(&b, "- whole run: pods' reports accepted by their agents %d (%d failed); node agents' writes accepted by the API server %d (%d failed), tokens verified %d, TokenReviews %d, requests refused %d\n\n",
+			st.Reports, st.ReportFailures, st.AgentWrites, st.AgentWriteFailures, st.TokensVerified, st.TokenReviews, st.Refused)
 	} else {
 		fmt.Fprintf(&b, "- pods' own API writes (client side, whole run): %d, of which %d failed\n\n", st.APIWrites, st.APIWriteErrors)
 	}
