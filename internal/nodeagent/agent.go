@@ -261,6 +261,11 @@ func (a *Agent) work(ctx context.Context) {
 		return
 	}
 	a.book.setOwner(nodeUID)
+	// The issuer's keys, read before the pods' first tokens come: without them each token
+	// costs a TokenReview, which is what the agent does until it can read them.
+	if err := a.auth.keys.refresh(time.Time{}, a.auth.clock.Now()); err != nil {
+		a.log.Warn("Cannot read the service-account issuer's keys; pods' tokens go to TokenReview", "error", err)
+	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

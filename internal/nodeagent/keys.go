@@ -108,9 +108,9 @@ func (k *issuerKeys) verify(token string, now time.Time) (identity, bool) {
 	return id, ok
 }
 
-// keysFor returns the issuer and its keys, fetching them first when the agent has none,
-// or none with kid, and has not tried for keysRefreshEvery. The fetch is not the
-// request's: one that gives up leaves it to finish for the next.
+// keysFor returns the issuer and its keys, reading them first when the agent has none,
+// or none with kid, and has not tried for keysRefreshEvery. A token that comes while
+// they are being read waits for them.
 func (k *issuerKeys) keysFor(kid string, now time.Time) (string, []publicKey) {
 	k.mu.Lock()
 	issuer, keys, fetched := k.issuer, k.keys, k.fetched
@@ -119,27 +119,33 @@ func (k *issuerKeys) keysFor(kid string, now time.Time) (string, []publicKey) {
 	if known || (!fetched.IsZero() && now.Sub(fetched) < keysRefreshEvery) {
 		return issuer, keys
 	}
+	_ = k.refresh(fetched, now)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.issuer, k.keys
+}
+
+// refresh reads the keys, unless someone has tried since seen (the last try the caller
+// knew of). A failed read keeps the keys there were: it says nothing about them. The
+// read is not a request's: one that gives up leaves it to finish for the next.
+func (k *issuerKeys) refresh(seen, now time.Time) error {
 	k.fetchMu.Lock()
 	defer k.fetchMu.Unlock()
 	k.mu.Lock()
-	if !k.fetched.Equal(fetched) { // fetched by another request meanwhile
-		issuer, keys = k.issuer, k.keys
-		k.mu.Unlock()
-		return issuer, keys
-	}
-	k.fetched = now
+	tried := !k.fetched.Equal(seen)
 	k.mu.Unlock()
+	if tried {
+		return nil
+	}
 	issuer, keys, err := k.load()
-	if err != nil {
-		// Kept as they were: a failed fetch says nothing about the keys.
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		return k.issuer, k.keys
-	}
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fetched = now
+	if err != nil {
+		return err
+	}
 	k.issuer, k.keys = issuer, keys
-	k.mu.Unlock()
-	return issuer, keys
+	return nil
 }
 
 // load reads the issuer's discovery document and its key set.
