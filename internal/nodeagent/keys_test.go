@@ -69,6 +69,21 @@ func TestPodTokensVerifiedAgainstTheIssuer(t *testing.T) {
 		})
 	}
 
+	// A reader's token is the API server's to vouch for, even once the keys have: sent to a
+	// pod's endpoint first, it is verified (and refused, bound to no pod); listing the pods
+	// with it then costs a review.
+	reader := readerToken(t)
+	if status, body := putReport(t, agent, reader, started); status != http.StatusForbidden || !strings.Contains(string(body), "bound to no pod") {
+		t.Errorf("a reader's token on the pods' endpoint: %d %s, want 403", status, body)
+	}
+	before := agent.Stats()
+	if status, body := call(t, http.MethodGet, agent.url+breakerconfig.AgentPodsPath+"?namespace="+ns, reader, nil); status != http.StatusOK {
+		t.Errorf("listing the pods as the reader: %d %s", status, body)
+	}
+	if after := agent.Stats(); after.TokenReviews != before.TokenReviews+1 || after.TokensVerified != before.TokensVerified {
+		t.Errorf("listing the pods with a token the keys had verified: reviews %d → %d, verified %d → %d; want one review", before.TokenReviews, after.TokenReviews, before.TokensVerified, after.TokensVerified)
+	}
+
 	fetches := agent.Stats().KeyFetches
 	for i := range 20 {
 		forged := resign(t, token, nil, false)
