@@ -44,20 +44,21 @@ const (
 
 // issuerKeys checks a pod's token itself, against the keys its issuer publishes, so that
 // believing the pods of a starting node costs the API server nothing (a TokenReview costs
-// it about 2.7 ms of CPU a token: docs/benchmarks.md, "Node agent"). What it accepts is
-// exactly what the API server would: a JWT signed by one of the issuer's keys, from that
-// issuer, for the agent's audience, not expired, naming a service account and the pod and
-// node it is bound to. What the signature cannot tell, that the pod still exists, the
-// agent checks on every request in its pod cache anyway. Anything it cannot judge (no
-// keys to be had, an issuer or algorithm it does not know, a key ID it has not seen) goes
-// to a TokenReview as before; it never refuses a token on its own.
+// it about 2.7 ms of CPU a token: docs/benchmarks.md, "Node agent"). It accepts a JWT
+// signed by one of the issuer's keys, from that issuer, for the agent's audience, not
+// expired, naming a service account and the pod and node it is bound to. What a signature
+// cannot tell is whether those still exist: the pod the agent checks on every request in
+// its pod cache anyway; a deleted service account's token it believes until the token
+// expires, as it believed a kept review's answer (docs/design.md §9, "Identity"). Anything
+// it cannot judge (no keys to be had, an issuer or algorithm it does not know, a key ID it
+// has not seen) goes to a TokenReview as before; it never refuses a token on its own.
 type issuerKeys struct {
 	fetch func(ctx context.Context, path string) ([]byte, error)
 
 	mu      sync.Mutex
 	issuer  string
 	keys    []publicKey // guarded by mu
-	fetched time.Time   // the last attempt, successful or not; zero before the first
+	fetched time.Time   // when the last read began, whether or not it succeeded; zero before the first
 	fetchMu sync.Mutex  // one fetch at a time
 
 	fetches  atomic.Int64
