@@ -348,12 +348,19 @@ func readClaims(token string) (claims, error) {
 		}
 		c.expires = time.Unix(sec, 0)
 	}
-	// aud is a string or a list of them (RFC 7519 §4.1.3).
-	var one string
-	if json.Unmarshal(p.Aud, &one) == nil {
-		c.audiences = []string{one}
-	} else if err := json.Unmarshal(p.Aud, &c.audiences); err != nil && len(p.Aud) > 0 {
+	if c.audiences, err = audiences(p.Aud); err != nil && len(p.Aud) > 0 {
 		return claims{}, fmt.Errorf("not a JWT: aud %s", p.Aud)
 	}
 	return c, nil
+}
+
+// audiences reads a JWT's aud claim: a string or a list of them (RFC 7519 §4.1.3).
+func audiences(aud json.RawMessage) ([]string, error) {
+	var one string
+	if json.Unmarshal(aud, &one) == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	err := json.Unmarshal(aud, &many)
+	return many, err
 }

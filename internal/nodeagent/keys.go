@@ -290,16 +290,10 @@ type boundTo struct {
 // identity is who the claims name, if they are the issuer's for the agent's audience and
 // valid at now.
 func (c tokenClaims) identity(issuer string, now time.Time) (identity, bool) {
-	var audiences []string
-	var one string
-	if json.Unmarshal(c.Aud, &one) == nil {
-		audiences = []string{one}
-	} else if json.Unmarshal(c.Aud, &audiences) != nil {
-		return identity{}, false
-	}
+	aud, err := audiences(c.Aud)
 	sa := c.K8s.ServiceAccount
 	switch {
-	case c.Iss != issuer, !slices.Contains(audiences, breakerconfig.NodeAgentAudience),
+	case err != nil, c.Iss != issuer, !slices.Contains(aud, breakerconfig.NodeAgentAudience),
 		c.Exp == nil || !now.Before(time.Unix(*c.Exp, 0)),
 		c.Nbf != nil && now.Add(notBeforeLeeway).Before(time.Unix(*c.Nbf, 0)),
 		c.K8s.Namespace == "", sa == nil || sa.Name == "",
